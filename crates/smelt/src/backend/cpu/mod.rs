@@ -1,0 +1,2 @@
+//! The CPU backend: the plain reference ops, and the fast multithreaded ones
+//! checked against them.

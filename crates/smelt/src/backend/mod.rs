@@ -1,0 +1,327 @@
+//! The backend contract: memory plus the few ops a transformer needs.
+//!
+//! Model code is written once against [`Backend`] and knows nothing about
+//! CPUs or GPUs. A backend owns its memory; model code holds [`Tensor`]
+//! handles into it.
+//!
+//! - The CPU backend executes each op at once.
+//! - The GPU backend *records*: each op appends a dispatch to an open command
+//!   encoder, and nothing is submitted until [`Backend::read`] (or
+//!   [`Backend::synchronize`]) needs a result. A forward pass is therefore
+//!   one submission.
+//!
+//! Shapes. Every tensor is a row-major matrix of `rows × cols` values; `cols`
+//! is ggml's `ne[0]`, the contiguous dimension. A weight `W` of `m` outputs
+//! and `k` inputs is `m × k`, as GGUF stores it. Activations for a step of
+//! `n` tokens are `n × dim`. Index tensors (token ids, positions, rows) are
+//! `I32` with `rows = 1`.
+//!
+//! Outputs are always passed in, allocated once per session: no op
+//! allocates. A handle narrowed with [`Tensor::with_rows`] addresses the
+//! first rows of the same memory, so a buffer sized for the largest batch
+//! serves every smaller one.
+
+pub mod cpu;
+pub mod gpu;
+
+use crate::quant::GgmlType;
+
+/// A handle to backend memory holding a `rows × cols` matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Tensor {
+    pub id: u32,
+    pub dtype: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl Tensor {
+    /// The same memory, viewed as its first `rows` rows.
+    ///
+    /// # Panics
+    /// If `rows` exceeds the handle's rows: that is a bug in model code, not
+    /// bad input.
+    pub fn with_rows(self, rows: usize) -> Tensor {
+        assert!(
+            rows <= self.rows,
+            "view of {rows} rows on a tensor of {}",
+            self.rows
+        );
+        Tensor { rows, ..self }
+    }
+
+    /// The same memory, reshaped; the element count must not grow.
+    pub fn reshape(self, rows: usize, cols: usize) -> Tensor {
+        assert!(
+            rows * cols <= self.rows * self.cols,
+            "reshape {}x{} to {rows}x{cols}",
+            self.rows,
+            self.cols
+        );
+        Tensor { rows, cols, ..self }
+    }
+
+    pub fn n_elements(&self) -> usize {
+        self.rows * self.cols
+    }
+
+    /// Bytes the tensor's data takes (whole blocks for quantized types).
+    pub fn n_bytes(&self) -> usize {
+        self.dtype.row_bytes(self.cols).unwrap_or(0) * self.rows
+    }
+}
+
+/// The ops of the contract, for [`Backend::supports`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    GetRows,
+    SetRows,
+    RmsNorm,
+    Rope,
+    MatMul,
+    Attention,
+    Add,
+    Mul,
+    Scale,
+    SiluMul,
+    GeluMul,
+    Softmax,
+    Argmax,
+    Copy,
+}
+
+/// How RoPE pairs up the values of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RopeMode {
+    /// Adjacent pairs `(x[2i], x[2i+1])`: Llama as GGUF stores it.
+    Normal,
+    /// Halves `(x[i], x[i + n_dims/2])`: GPT-NeoX, Qwen, Gemma.
+    Neox,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    pub mode: RopeMode,
+    pub n_heads: usize,
+    pub head_dim: usize,
+    /// Rotated values per head (`rope.dimension_count`); the rest pass through.
+    pub n_dims: usize,
+    pub freq_base: f32,
+    /// Linear position scaling: positions are multiplied by this.
+    pub freq_scale: f32,
+    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1), an F32
+    /// tensor of `n_dims / 2` values.
+    pub freq_factors: Option<Tensor>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies `q·k` before the softmax, usually `1/sqrt(head_dim)`.
+    pub scale: f32,
+    /// Rows of the KV cache that belong to one sequence slot.
+    pub ctx: usize,
+    /// Attend only to the last `window` positions (sliding-window layers).
+    pub window: Option<usize>,
+    /// Gemma 2 style `softcap * tanh(s / softcap)` on the scores.
+    pub softcap: Option<f32>,
+}
+
+/// What a backend is and can do.
+#[derive(Clone, Debug, Default)]
+pub struct Caps {
+    pub is_gpu: bool,
+    /// Host and device share memory: weights need no staging copy.
+    pub unified_memory: bool,
+    /// Largest single tensor, in bytes.
+    pub max_tensor_bytes: u64,
+}
+
+/// Work counters, for `--verbose` and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub submissions: u64,
+    pub dispatches: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{backend} does not support {op:?} on {dtype}")]
+    Unsupported {
+        backend: String,
+        op: Op,
+        dtype: GgmlType,
+    },
+    #[error("shape mismatch in {op:?}: {detail}")]
+    Shape { op: Op, detail: String },
+    #[error("{what} needs {bytes} bytes; the device allows {limit}")]
+    TooLarge {
+        what: String,
+        bytes: u64,
+        limit: u64,
+    },
+    #[error("out of device memory allocating {what} ({bytes} bytes)")]
+    OutOfMemory { what: String, bytes: u64 },
+    #[error("GPU device lost: {0}")]
+    DeviceLost(String),
+    #[error("no GPU adapter: {0}")]
+    NoAdapter(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+pub type Result<T, E = BackendError> = std::result::Result<T, E>;
+
+/// The backend contract. See the module docs for shapes and recording.
+///
+/// Unless an op says otherwise, inputs and outputs are F32 and outputs may
+/// not alias inputs.
+pub trait Backend: Send {
+    fn name(&self) -> String;
+
+    fn caps(&self) -> Caps;
+
+    /// Whether `op` runs with `dtype` as its type-specific input (the weight
+    /// of a matmul, the table of `get_rows`, the cache of `attention`).
+    fn supports(&self, op: Op, dtype: GgmlType) -> bool;
+
+    // ---- memory ----
+
+    /// A zero-filled tensor.
+    fn alloc(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor>;
+
+    /// A weight tensor from bytes in its GGUF layout. Backends that can use
+    /// host memory directly keep `data` (zero copy); others upload it once.
+    fn load_weight(
+        &mut self,
+        name: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: WeightData,
+    ) -> Result<Tensor>;
+
+    /// Host→device copy of `bytes` into the start of `t`. On a recording
+    /// backend it is ordered before every op recorded after it.
+    fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()>;
+
+    /// Device→host copy of `t`'s bytes. Submits everything recorded and
+    /// waits: the one sync point of a step.
+    fn read(&mut self, t: Tensor, out: &mut [u8]) -> Result<()>;
+
+    /// Submits everything recorded and waits for it.
+    fn synchronize(&mut self) -> Result<()>;
+
+    fn stats(&self) -> Stats {
+        Stats::default()
+    }
+
+    // ---- ops ----
+
+    /// `out[i] = table[ids[i]]`, dequantized to F32. `table` is any supported
+    /// type, `ids` is I32.
+    fn get_rows(&mut self, table: Tensor, ids: Tensor, out: Tensor) -> Result<()>;
+
+    /// `dst[ids[i]] = src[i]`, converted to `dst`'s type (F32 or F16): the
+    /// KV-cache write.
+    fn set_rows(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()>;
+
+    /// Each row divided by its root mean square, then times `weight` (one
+    /// row of `cols`) when given.
+    fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor)
+    -> Result<()>;
+
+    /// Rotary position embedding of each head of each row; `pos` (I32, one
+    /// per row) gives the positions. `x` and `out` may be the same tensor.
+    fn rope(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()>;
+
+    /// `out = x · wᵀ`: `w` is `m × k` in any supported type, `x` is `n × k`,
+    /// `out` is `n × m`.
+    fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()>;
+
+    /// Causal, grouped-query attention over the KV cache.
+    ///
+    /// `q` is `n × (n_heads·head_dim)`; the caches are `(slots·ctx) ×
+    /// (n_kv_heads·head_dim)` in F32 or F16. Query row `i` belongs to slot
+    /// `seq[i]` at position `pos[i]` and attends to cache rows
+    /// `seq[i]·ctx + j` for `j ≤ pos[i]` (and within the window). The
+    /// caller writes this step's keys and values with `set_rows` first.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        pos: Tensor,
+        seq: Tensor,
+        p: &AttentionParams,
+        out: Tensor,
+    ) -> Result<()>;
+
+    /// `out = a + b`; `b` may be a single row, broadcast over `a`'s rows.
+    /// `out` may be `a`.
+    fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()>;
+
+    /// `out = a * b` elementwise; `b` may be a single row, broadcast. `out`
+    /// may be `a`.
+    fn mul(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()>;
+
+    /// `out = x * s`. `out` may be `x`.
+    fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()>;
+
+    /// `out = silu(gate) * up`, SwiGLU's gate.
+    fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()>;
+
+    /// `out = gelu(gate) * up` (tanh approximation), GeGLU's gate.
+    fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()>;
+
+    /// Softmax of each row.
+    fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()>;
+
+    /// Index of the largest value of each row (the first on ties), into an
+    /// I32 tensor of `rows` values.
+    fn argmax(&mut self, x: Tensor, out: Tensor) -> Result<()>;
+
+    /// Copies `src` into `dst` of the same shape, converting between F32 and
+    /// F16.
+    fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()>;
+}
+
+/// Weight bytes in GGUF layout, borrowed from the model's memory map without
+/// a copy.
+pub type WeightData = crate::gguf::TensorBytes;
+
+/// Convenience reads on top of the contract.
+pub trait BackendExt: Backend {
+    /// Reads an F32 tensor.
+    fn read_f32(&mut self, t: Tensor) -> Result<Vec<f32>> {
+        let mut bytes = vec![0u8; t.n_elements() * 4];
+        self.read(t, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    /// Reads an I32 tensor.
+    fn read_i32(&mut self, t: Tensor) -> Result<Vec<i32>> {
+        let mut bytes = vec![0u8; t.n_elements() * 4];
+        self.read(t, &mut bytes)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    fn write_f32(&mut self, t: Tensor, values: &[f32]) -> Result<()> {
+        self.write(t, bytemuck::cast_slice(values))
+    }
+
+    fn write_i32(&mut self, t: Tensor, values: &[i32]) -> Result<()> {
+        self.write(t, bytemuck::cast_slice(values))
+    }
+}
+
+impl<B: Backend + ?Sized> BackendExt for B {}

@@ -1,0 +1,214 @@
+//! The GGUF writer (version 3): for tests, small synthetic models and
+//! `smelt quantize`.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use super::reader::{DEFAULT_ALIGNMENT, MAGIC, align_up};
+use super::value::{Array, Metadata, Value};
+use super::{GgufError, MAX_DIMS};
+use crate::quant::GgmlType;
+
+struct PendingTensor {
+    name: String,
+    dims: Vec<u64>,
+    dtype: GgmlType,
+    data: Vec<u8>,
+}
+
+/// Collects metadata and tensors, then writes them as one GGUF v3 file.
+pub struct GgufWriter {
+    metadata: Metadata,
+    tensors: Vec<PendingTensor>,
+    alignment: u64,
+}
+
+impl Default for GgufWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GgufWriter {
+    pub fn new() -> Self {
+        Self {
+            metadata: Metadata::new(),
+            tensors: Vec::new(),
+            alignment: DEFAULT_ALIGNMENT,
+        }
+    }
+
+    /// Sets a metadata value, replacing any earlier one. Setting
+    /// `general.alignment` to a u32 power of two changes the data alignment.
+    pub fn set(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
+        let key = key.into();
+        if key == "general.alignment" {
+            if let Value::U32(a) = value {
+                if a != 0 && a.is_power_of_two() {
+                    self.alignment = u64::from(a);
+                }
+            }
+        }
+        self.metadata.insert(key, value);
+        self
+    }
+
+    /// Adds a tensor. `dims` is in ggml order (innermost first); `data` must
+    /// hold exactly the bytes those dims take in `dtype`.
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dtype: GgmlType,
+        dims: &[u64],
+        data: Vec<u8>,
+    ) -> Result<&mut Self, GgufError> {
+        let name = name.into();
+        let bad = |reason: String| GgufError::BadTensor {
+            name: name.clone(),
+            offset: 0,
+            reason,
+        };
+        if dims.is_empty() || dims.len() > MAX_DIMS {
+            return Err(bad(format!("{} dimensions", dims.len())));
+        }
+        let n: u64 = dims.iter().product();
+        let expected = usize::try_from(n)
+            .ok()
+            .and_then(|n| dtype.row_bytes(n))
+            .ok_or_else(|| bad(format!("dims {dims:?} do not fit {dtype} blocks")))?;
+        if data.len() != expected {
+            return Err(bad(format!(
+                "{} bytes given, {expected} expected for {dtype} {dims:?}",
+                data.len()
+            )));
+        }
+        if self.tensors.iter().any(|t| t.name == name) {
+            return Err(GgufError::DuplicateTensor { name });
+        }
+        self.tensors.push(PendingTensor {
+            name,
+            dims: dims.to_vec(),
+            dtype,
+            data,
+        });
+        Ok(self)
+    }
+
+    /// The whole file as bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.write_to(&mut out)
+            .expect("writing to a Vec cannot fail");
+        out
+    }
+
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let mut head = Vec::new();
+        head.extend_from_slice(&MAGIC);
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (key, value) in self.metadata.iter() {
+            put_string(&mut head, key);
+            head.extend_from_slice(&(value.value_type() as u32).to_le_bytes());
+            put_value(&mut head, value);
+        }
+        let mut offset = 0u64;
+        let mut offsets = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            put_string(&mut head, &t.name);
+            head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                head.extend_from_slice(&d.to_le_bytes());
+            }
+            head.extend_from_slice(&t.dtype.id().to_le_bytes());
+            head.extend_from_slice(&offset.to_le_bytes());
+            offsets.push(offset);
+            offset = align_up(offset + t.data.len() as u64, self.alignment).expect("size fits");
+        }
+        let data_start = align_up(head.len() as u64, self.alignment).expect("size fits");
+        head.resize(data_start as usize, 0);
+        w.write_all(&head)?;
+
+        let mut written = 0u64;
+        for (t, &off) in self.tensors.iter().zip(&offsets) {
+            w.write_all(&vec![0u8; (off - written) as usize])?;
+            w.write_all(&t.data)?;
+            written = off + t.data.len() as u64;
+        }
+        w.flush()
+    }
+
+    /// Writes the file next to `path` and renames it into place, so a failed
+    /// or interrupted write never leaves a half-written file at `path`.
+    pub fn write_file(&self, path: impl AsRef<Path>) -> Result<(), GgufError> {
+        let path = path.as_ref();
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(".partial");
+        let tmp = std::path::PathBuf::from(tmp);
+        let result = (|| {
+            let mut f = io::BufWriter::new(fs::File::create(&tmp)?);
+            self.write_to(&mut f)?;
+            f.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+            fs::rename(&tmp, path)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(|source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(u8::from(*x)),
+        Value::String(s) => put_string(out, s),
+        Value::Array(a) => put_array(out, a),
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+    }
+}
+
+fn put_array(out: &mut Vec<u8>, a: &Array) {
+    out.extend_from_slice(&(a.element_type() as u32).to_le_bytes());
+    out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+    macro_rules! each {
+        ($v:expr) => {
+            for x in $v {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        };
+    }
+    match a {
+        Array::U8(v) => out.extend_from_slice(v),
+        Array::I8(v) => out.extend(v.iter().map(|&x| x as u8)),
+        Array::U16(v) => each!(v),
+        Array::I16(v) => each!(v),
+        Array::U32(v) => each!(v),
+        Array::I32(v) => each!(v),
+        Array::F32(v) => each!(v),
+        Array::Bool(v) => out.extend(v.iter().map(|&b| u8::from(b))),
+        Array::String(v) => v.iter().for_each(|s| put_string(out, s)),
+        Array::Array(v) => v.iter().for_each(|a| put_array(out, a)),
+        Array::U64(v) => each!(v),
+        Array::I64(v) => each!(v),
+        Array::F64(v) => each!(v),
+    }
+}

@@ -1,0 +1,10 @@
+//! smelt: large language model inference on GPUs (through wgpu: Metal,
+//! Vulkan, DX12, WebGPU) and CPUs, from GGUF files.
+//!
+//! Read `ARCHITECTURE.md` at the repository root first.
+
+pub mod backend;
+pub mod gguf;
+pub mod model;
+pub mod quant;
+pub mod tokenizer;

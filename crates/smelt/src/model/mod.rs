@@ -1,0 +1,1 @@
+//! Model architectures, written once against the backend contract.
