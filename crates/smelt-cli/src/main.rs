@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "smelt", version, about = "Run large language models from GGUF files on GPUs and CPUs")]
+#[command(
+    name = "smelt",
+    version,
+    about = "Run large language models from GGUF files on GPUs and CPUs"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -21,14 +25,36 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     /// Requantize a model's 2-D weights to another type
     Quantize(cmd::quantize::Args),
+    /// Generate text from a prompt
+    Run(cmd::run::Args),
+    /// Chat interactively, or over piped stdin
+    Chat(cmd::chat::Args),
+    /// Serve an OpenAI-compatible HTTP API
+    Serve(cmd::serve::Args),
+    /// Measure prompt processing and generation speed, like llama-bench
+    Bench(cmd::bench::Args),
+    /// Measure perplexity over a text file, like llama-perplexity
+    Perplexity(cmd::perplexity::Args),
+    /// Render a chat template with messages
+    Template(cmd::template::Args),
+    /// List the GPU adapters and what they can do
+    Devices(cmd::devices::Args),
 }
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(a) => cmd::info::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Quantize(a) => cmd::quantize::run(a),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Chat(a) => cmd::chat::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
+        Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Template(a) => cmd::template::run(a),
+        Command::Devices(a) => cmd::devices::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -36,5 +62,16 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Rust ignores SIGPIPE, so `smelt info x.gguf | head` would panic on the
+/// closed pipe. A command-line tool should just stop, as C tools do.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread starts; setting a
+    // signal's disposition to the default is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -4,7 +4,10 @@
 //! Read `ARCHITECTURE.md` at the repository root first.
 
 pub mod backend;
+pub mod chat;
+pub mod generate;
 pub mod gguf;
 pub mod model;
 pub mod quant;
+pub mod sample;
 pub mod tokenizer;

@@ -61,7 +61,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     let total: u64 = by_type.values().map(|v| v.1).sum();
-    println!("  total    {:>5} tensors  {:>10.2} MiB", file.tensors.len(), total as f64 / (1024.0 * 1024.0));
+    println!(
+        "  total    {:>5} tensors  {:>10.2} MiB",
+        file.tensors.len(),
+        total as f64 / (1024.0 * 1024.0)
+    );
     Ok(())
 }
 

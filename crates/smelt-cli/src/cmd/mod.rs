@@ -1,5 +1,12 @@
 //! One module per subcommand.
 
+pub mod bench;
+pub mod chat;
+pub mod devices;
 pub mod info;
+pub mod perplexity;
 pub mod quantize;
+pub mod run;
+pub mod serve;
+pub mod template;
 pub mod tokenize;

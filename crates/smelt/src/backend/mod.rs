@@ -230,8 +230,7 @@ pub trait Backend: Send {
 
     /// Each row divided by its root mean square, then times `weight` (one
     /// row of `cols`) when given.
-    fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor)
-    -> Result<()>;
+    fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()>;
 
     /// Rotary position embedding of each head of each row; `pos` (I32, one
     /// per row) gives the positions. `x` and `out` may be the same tensor.

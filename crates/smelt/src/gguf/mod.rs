@@ -62,7 +62,11 @@ pub enum GgufError {
     #[error("general.alignment is {value}; it must be a u32 power of two")]
     BadAlignment { value: String },
     #[error("tensor {name:?} at offset {offset}: unknown type id {id}")]
-    UnknownTensorType { name: String, id: u32, offset: usize },
+    UnknownTensorType {
+        name: String,
+        id: u32,
+        offset: usize,
+    },
     #[error("tensor {name:?} at offset {offset}: {reason}")]
     BadTensor {
         name: String,

@@ -1,0 +1,1 @@
+//! The generation loop: prefill, decode, stop rules and streaming.

@@ -1,0 +1,1 @@
+//! Sampling: greedy, temperature, top-k, top-p, min-p and penalties, seeded.
