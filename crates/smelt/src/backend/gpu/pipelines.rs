@@ -235,6 +235,23 @@ impl Kernel {
             }
         }
         defines.push(("WG", wg.to_string()));
+        // Native f16 storage for F16 weights and caches where the adapter
+        // has shader-f16.
+        let f16_weights = f.shader_f16
+            && matches!(
+                self,
+                Kernel::GetRows(GgmlType::F16)
+                    | Kernel::MatVec(GgmlType::F16)
+                    | Kernel::MatMul(GgmlType::F16)
+            );
+        if f16_weights {
+            defines.push(("WQ_F16", String::new()));
+        }
+        defines.push(("WQ", if f16_weights { "f16" } else { "u32" }.to_string()));
+        defines.push((
+            "KV",
+            if f.shader_f16 { "vec2<f16>" } else { "u32" }.to_string(),
+        ));
         let mut out = String::new();
         if f.shader_f16 {
             // Enable directives must come before any declaration.

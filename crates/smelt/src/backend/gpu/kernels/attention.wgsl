@@ -11,8 +11,19 @@
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
 #ifdef KV_F16
-@group(0) @binding(2) var<storage, read> kc: array<u32>;          // (slots * ctx, n_kv_heads * head_dim) f16 pairs
-@group(0) @binding(3) var<storage, read> vc: array<u32>;          // (slots * ctx, n_kv_heads * head_dim) f16 pairs
+// With shader-f16, {{KV}} is vec2<f16>, read natively; else u32 words
+// unpacked in registers.
+@group(0) @binding(2) var<storage, read> kc: array<{{KV}}>;       // (slots * ctx, n_kv_heads * head_dim / 2)
+@group(0) @binding(3) var<storage, read> vc: array<{{KV}}>;       // (slots * ctx, n_kv_heads * head_dim / 2)
+#ifdef SHADER_F16
+fn kv2(w: vec2<f16>) -> vec2<f32> {
+    return vec2<f32>(w);
+}
+#else
+fn kv2(w: u32) -> vec2<f32> {
+    return h2(w);
+}
+#endif
 #else
 @group(0) @binding(2) var<storage, read> kc: array<f32>;          // (slots * ctx, n_kv_heads * head_dim)
 @group(0) @binding(3) var<storage, read> vc: array<f32>;          // (slots * ctx, n_kv_heads * head_dim)
@@ -31,7 +42,7 @@ fn kdot(e: u32, hd: u32) -> f32 {
     var s = 0.0;
 #ifdef KV_F16
     for (var d = 0u; d < hd; d += 2u) {
-        let k2 = h2(kc[(e + d) / 2u]);
+        let k2 = kv2(kc[(e + d) / 2u]);
         s += qs[d] * k2.x + qs[d + 1u] * k2.y;
     }
 #else
@@ -44,7 +55,7 @@ fn kdot(e: u32, hd: u32) -> f32 {
 
 fn vval(e: u32) -> f32 {
 #ifdef KV_F16
-    return h2(vc[e / 2u])[e % 2u];
+    return kv2(vc[e / 2u])[e % 2u];
 #else
     return vc[e];
 #endif

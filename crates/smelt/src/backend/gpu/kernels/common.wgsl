@@ -29,14 +29,8 @@ fn wg_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 // exp(NEG_BIG - m) is still exactly 0.
 const NEG_BIG: f32 = -3.0e38;
 
-// Two f16 values packed in a u32 word, as f32.
-#ifdef SHADER_F16
-// f16 words through the native type where the adapter has it.
-fn h2(w: u32) -> vec2<f32> {
-    return vec2<f32>(bitcast<vec2<f16>>(w));
-}
-#else
+// Two f16 values packed in a u32 word, as f32. (Not through
+// bitcast<vec2<f16>>: naga 30's WGSL front end types that as a scalar.)
 fn h2(w: u32) -> vec2<f32> {
     return unpack2x16float(w);
 }
-#endif

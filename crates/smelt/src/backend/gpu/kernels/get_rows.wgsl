@@ -4,7 +4,7 @@
 // Params: 0 n_ids, 1 cols, 2 row_bytes (of the table), 3 n_table_rows.
 // One invocation per 8 values (PLAIN types: per value) of an output row.
 
-@group(0) @binding(1) var<storage, read> wq: array<u32>;          // (table_rows, cols) in TYPE
+@group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (table_rows, cols) in TYPE
 @group(0) @binding(2) var<storage, read_write> ids: array<i32>;   // (n)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, cols)
 

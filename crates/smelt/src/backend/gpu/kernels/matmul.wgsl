@@ -6,7 +6,7 @@
 //
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m.
 
-@group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
+@group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
 

@@ -5,7 +5,7 @@
 //
 // Params: 0 m (rows of w), 1 k (cols), 2 n (tokens), 3 row_bytes.
 
-@group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
+@group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
 

@@ -12,8 +12,10 @@
 //   dq8(rb, i): values 8i..8i+8 of the row starting at byte rb;
 //   dq1(rb, k): value k of that row.
 // PLAIN is defined for F32 and F16, whose rows may have any length; the
-// block types always hold whole groups of 8.
+// block types always hold whole groups of 8. With WQ_F16 (F16 weights on an
+// adapter with shader-f16) `wq` is `array<f16>` and read natively.
 
+#ifndef WQ_F16
 fn rd8(b: u32) -> u32 {
     return (wq[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
@@ -34,6 +36,7 @@ fn rd16(b: u32) -> u32 {
 fn rdf16(b: u32) -> f32 {
     return h2(rd16(b)).x;
 }
+#endif
 
 struct V8 {
     a: vec4<f32>,
@@ -89,6 +92,19 @@ fn dq8(rb: u32, i: u32) -> V8 {
 #endif
 
 #ifdef TYPE_F16
+#ifdef WQ_F16
+fn dq1(rb: u32, k: u32) -> f32 {
+    return f32(wq[rb / 2u + k]);
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    let e = rb / 2u + 8u * i;
+    return V8(
+        vec4<f32>(vec4<f16>(wq[e], wq[e + 1u], wq[e + 2u], wq[e + 3u])),
+        vec4<f32>(vec4<f16>(wq[e + 4u], wq[e + 5u], wq[e + 6u], wq[e + 7u])),
+    );
+}
+#else
 fn dq1(rb: u32, k: u32) -> f32 {
     return rdf16(rb + 2u * k);
 }
@@ -100,6 +116,7 @@ fn dq8(rb: u32, i: u32) -> V8 {
         vec4<f32>(h2(rd32(b + 8u)), h2(rd32(b + 12u))),
     );
 }
+#endif
 #endif
 
 // Q4_0: { d: f16, qs: [u8; 16] }, 32 values: qs low nibbles are values
