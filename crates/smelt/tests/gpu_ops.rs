@@ -389,6 +389,33 @@ fn run_table(b: &mut Bench) {
 
     rope_cases(b);
     kv_cases(b);
+    if b.perf {
+        model_shapes(b);
+    }
+}
+
+/// Perf mode only: SmolLM2-sized matmuls (decode and a 512-token prefill).
+fn model_shapes(b: &mut Bench) {
+    for t in [F32, F16] {
+        for (m, k, n) in [
+            (1536usize, 576usize, 1usize),
+            (1536, 576, 512),
+            (576, 1536, 512),
+        ] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(n, k, 1.0);
+            let out = b.output(F32, n, m);
+            b.check(
+                &format!("matmul {t} m={m} k={k} n={n}"),
+                matmul_tol(t) * 10.0,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
 }
 
 fn rope_cases(b: &mut Bench) {

@@ -219,11 +219,12 @@ impl Backend for GpuBackend {
         let (m, k, n) = (w.rows, w.cols, x.rows);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
         if n <= MATVEC_MAX_TOKENS {
+            let blocks = m.div_ceil(4);
             self.run(
                 Kernel::MatVec(w.dtype),
-                params(&[u(m), u(k), u(n), u(row_bytes)]),
+                params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
                 &[w, x, out],
-                (m * n) as u64,
+                (blocks * n) as u64,
             )
         } else {
             let tiles_m = m.div_ceil(64);
