@@ -390,3 +390,20 @@ fn llama_cpp_test_quantize_fns_thresholds() {
         eprintln!("{t}: total error {total_error:.6}, dot error {dot_error:.6}");
     }
 }
+
+/// `GgmlType::llama_ftype` against gguf-py's `LlamaFileType`.
+#[test]
+fn llama_ftypes_match_gguf() {
+    let mut args: Vec<&OsStr> = vec!["ftypes".as_ref()];
+    args.extend(quant::ALL_TYPES.iter().map(|t| OsStr::new(t.name())));
+    let out = quant_ref::run(&args);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), quant::ALL_TYPES.len());
+    for (t, line) in quant::ALL_TYPES.iter().zip(lines) {
+        let want = line.split_once(' ').map(|(_, v)| v);
+        let got = t
+            .llama_ftype()
+            .map_or("none".to_string(), |v| v.to_string());
+        assert_eq!(Some(got.as_str()), want, "{t}");
+    }
+}

@@ -217,6 +217,39 @@ pub fn dot_f32(dtype: GgmlType, w_row: &[u8], x: &[f32]) -> Result<f32, QuantErr
     ))
 }
 
+/// Converts whole rows of `row_len` values from `src_type` to `dst_type`
+/// through f32 (dequantize, then quantize), one row at a time in `scratch`.
+/// `src` and `dst` must hold the same number of rows.
+pub fn convert_rows(
+    src_type: GgmlType,
+    src: &[u8],
+    dst_type: GgmlType,
+    dst: &mut [u8],
+    row_len: usize,
+    scratch: &mut Vec<f32>,
+) -> Result<(), QuantError> {
+    let not_whole = |dtype: GgmlType| QuantError::NotWholeBlocks {
+        dtype,
+        n: row_len,
+        block: dtype.block_size(),
+    };
+    if row_len == 0 {
+        check_row(src_type, src.len(), 0)?;
+        return check_row(dst_type, dst.len(), 0);
+    }
+    let src_row = src_type.row_bytes(row_len).ok_or(not_whole(src_type))?;
+    let dst_row = dst_type.row_bytes(row_len).ok_or(not_whole(dst_type))?;
+    let rows = src.len().checked_div(src_row).unwrap_or(0);
+    check_row(src_type, src.len(), rows * row_len)?;
+    check_row(dst_type, dst.len(), rows * row_len)?;
+    scratch.resize(row_len, 0.0);
+    for (s, d) in src.chunks_exact(src_row).zip(dst.chunks_exact_mut(dst_row)) {
+        dequantize_row(src_type, s, scratch)?;
+        quantize_row(dst_type, scratch, d)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
