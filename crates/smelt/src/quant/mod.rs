@@ -7,23 +7,31 @@
 //! - `float.rs`: F32, F16, BF16.
 //! - `legacy.rs`: the 32-value blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1.
 //! - `kquants.rs`: the 256-value super-blocks Q2_K..Q6_K and Q8_K.
+//! - `codebook.rs`: IQ4_NL, IQ4_XS and MXFP4, whose quants index a table.
+//! - `ternary.rs`: TQ1_0 and TQ2_0.
 //! - `blocks.rs`: the [`Block`] trait and the row loops they share.
 //!
 //! The code here is the plain reference: obviously correct, checked against
 //! the `gguf` Python package, and what every fast path is compared with.
 
 mod blocks;
+mod codebook;
 mod float;
 mod kquants;
 mod legacy;
+mod ternary;
 mod types;
 
 pub use blocks::{Block, F16Bytes, Quantize, as_blocks, f16_to_f32, f32_to_f16};
+pub use codebook::{
+    BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half,
+};
 pub use float::{bf16_to_f32, f32_to_bf16};
 pub use kquants::{
     BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, BlockQ8_K, scale_min_k4, scale_q3_k,
 };
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+pub use ternary::{BlockTQ1_0, BlockTQ2_0};
 pub use types::{ALL_TYPES, GgmlType, QK_K};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,101 +71,42 @@ pub fn check_row(dtype: GgmlType, bytes: usize, n: usize) -> Result<(), QuantErr
     Ok(())
 }
 
-/// Runs `$e` with `$B` naming the block type of `$dtype`; `None` for types
-/// without a block implementation here.
-macro_rules! with_block {
-    ($dtype:expr, $B:ident => $e:expr) => {{
-        use GgmlType as T;
+/// `Some($e)` with `$B` naming the block type of `$dtype`, for the listed
+/// types; `None` for the others.
+macro_rules! dispatch {
+    ($dtype:expr, $B:ident => $e:expr, [$($t:ident => $block:ty),* $(,)?]) => {
         match $dtype {
-            T::Q4_0 => Some({
-                type $B = BlockQ4_0;
+            $(GgmlType::$t => Some({
+                type $B = $block;
                 $e
-            }),
-            T::Q4_1 => Some({
-                type $B = BlockQ4_1;
-                $e
-            }),
-            T::Q5_0 => Some({
-                type $B = BlockQ5_0;
-                $e
-            }),
-            T::Q5_1 => Some({
-                type $B = BlockQ5_1;
-                $e
-            }),
-            T::Q8_0 => Some({
-                type $B = BlockQ8_0;
-                $e
-            }),
-            T::Q8_1 => Some({
-                type $B = BlockQ8_1;
-                $e
-            }),
-            T::Q2_K => Some({
-                type $B = BlockQ2_K;
-                $e
-            }),
-            T::Q3_K => Some({
-                type $B = BlockQ3_K;
-                $e
-            }),
-            T::Q4_K => Some({
-                type $B = BlockQ4_K;
-                $e
-            }),
-            T::Q5_K => Some({
-                type $B = BlockQ5_K;
-                $e
-            }),
-            T::Q6_K => Some({
-                type $B = BlockQ6_K;
-                $e
-            }),
-            T::Q8_K => Some({
-                type $B = BlockQ8_K;
-                $e
-            }),
+            }),)*
             _ => None,
         }
-    }};
+    };
 }
 
-/// Like `with_block!`, for the block types that have a quantizer.
+/// Every block type that dequantizes.
+macro_rules! with_block {
+    ($dtype:expr, $B:ident => $e:expr) => {
+        dispatch!($dtype, $B => $e, [
+            Q4_0 => BlockQ4_0, Q4_1 => BlockQ4_1, Q5_0 => BlockQ5_0, Q5_1 => BlockQ5_1,
+            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1,
+            Q2_K => BlockQ2_K, Q3_K => BlockQ3_K, Q4_K => BlockQ4_K, Q5_K => BlockQ5_K,
+            Q6_K => BlockQ6_K, Q8_K => BlockQ8_K,
+            IQ4_NL => BlockIQ4_NL, IQ4_XS => BlockIQ4_XS, MXFP4 => BlockMXFP4,
+            TQ1_0 => BlockTQ1_0, TQ2_0 => BlockTQ2_0,
+        ])
+    };
+}
+
+/// The block types that also quantize.
 macro_rules! with_quantizer {
-    ($dtype:expr, $B:ident => $e:expr) => {{
-        use GgmlType as T;
-        match $dtype {
-            T::Q4_0 => Some({
-                type $B = BlockQ4_0;
-                $e
-            }),
-            T::Q4_1 => Some({
-                type $B = BlockQ4_1;
-                $e
-            }),
-            T::Q5_0 => Some({
-                type $B = BlockQ5_0;
-                $e
-            }),
-            T::Q5_1 => Some({
-                type $B = BlockQ5_1;
-                $e
-            }),
-            T::Q8_0 => Some({
-                type $B = BlockQ8_0;
-                $e
-            }),
-            T::Q8_1 => Some({
-                type $B = BlockQ8_1;
-                $e
-            }),
-            T::Q8_K => Some({
-                type $B = BlockQ8_K;
-                $e
-            }),
-            _ => None,
-        }
-    }};
+    ($dtype:expr, $B:ident => $e:expr) => {
+        dispatch!($dtype, $B => $e, [
+            Q4_0 => BlockQ4_0, Q4_1 => BlockQ4_1, Q5_0 => BlockQ5_0, Q5_1 => BlockQ5_1,
+            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1, Q8_K => BlockQ8_K,
+        ])
+    };
 }
 
 /// True when [`dequantize_row`] and [`dot_f32`] handle `dtype`.
