@@ -11,6 +11,8 @@ smelt's own results; nothing here imports or trusts smelt's code.
         Writes, for every tensor in file order, a line
         `name<TAB>type<TAB>n_values` and then its n_values f32 values
         (dequantized by gguf.quants), and finally a line `END`.
+    quant_ref.py ftypes TYPE...
+        Prints llama.cpp's general.file_type value for each type (or none).
     quant_ref.py check-requant SRC.gguf OUT.gguf TYPE [OUTPUT_TYPE]
         Checks a file written by `smelt quantize SRC OUT TYPE`: metadata,
         tensor types, and tensor bytes equal to gguf.quants.quantize of the
@@ -222,82 +224,87 @@ def cmd_stream(args):
     out.flush()
 
 
-def field_value(field):
-    """A metadata value as plain Python data, with its GGUF value types."""
-    return (tuple(int(t) for t in field.types), repr(field.contents()))
+# Types that are copied as they are, never converted.
+RAW_TYPES = ("I8", "I16", "I32", "I64", "F64")
 
 
-def is_quantized_weight(t):
+def is_quantized_weight(dims, name):
     # What `smelt quantize` is meant to requantize, as llama-quantize does:
     # weights of two or more dimensions (1-D tensors become F32).
-    return len(t.shape) >= 2 and t.name.endswith(".weight")
+    return len(dims) >= 2 and name.endswith(".weight")
 
 
 def cmd_check_requant(args):
     src_path, out_path, tname = args[:3]
     out_tname = args[3] if len(args) > 3 else tname
-    src, out = gguf.GGUFReader(src_path), gguf.GGUFReader(out_path)
+    src, out = Gguf(src_path), Gguf(out_path)
     errors = []
 
-    # Metadata: everything copied, in order, except the two keys quantize sets.
+    # Metadata: every key copied byte for byte and in order, except the two
+    # that quantize sets; those must hold llama.cpp's values, as u32.
     ftype = gguf.LlamaFileType["ALL_F32" if tname == "F32" else f"MOSTLY_{tname}"]
-    skip = {"general.file_type", "general.quantization_version"}
-    sk = [k for k in src.fields if not k.startswith("GGUF.") and k not in skip]
-    ok = [k for k in out.fields if not k.startswith("GGUF.") and k not in skip]
-    if sk != ok:
-        errors.append(f"metadata keys differ: {sorted(set(sk) ^ set(ok))}")
-    for k in sk:
-        if k in out.fields and field_value(src.fields[k]) != field_value(out.fields[k]):
-            errors.append(f"metadata {k} differs")
-    ft = out.fields.get("general.file_type")
-    if ft is None or ft.contents() != ftype.value or ft.types != [gguf.GGUFValueType.UINT32]:
-        errors.append(f"general.file_type is {ft and ft.contents()}, expected u32 {ftype.value}")
-    qv = out.fields.get("general.quantization_version")
-    if qv is None or qv.contents() != gguf.GGML_QUANT_VERSION:
-        errors.append("general.quantization_version is missing or wrong")
+    want = dict(src.kv)
+    want["general.file_type"] = (4, int(ftype).to_bytes(4, "little"))
+    want["general.quantization_version"] = (4, gguf.GGML_QUANT_VERSION.to_bytes(4, "little"))
+    if list(out.kv) != list(want):
+        errors.append(f"metadata keys differ: {list(out.kv)} vs {list(want)}")
+    for k, v in want.items():
+        if k in out.kv and out.kv[k] != v:
+            errors.append(f"metadata {k}: {out.kv[k][:2]!r}..., expected {v[:2]!r}...")
 
-    names = [t.name for t in src.tensors]
-    if names != [t.name for t in out.tensors]:
+    # gguf-py's own reader must accept the file and see the same table.
+    reader = gguf.GGUFReader(out_path)
+    seen = [(t.name, [int(d) for d in t.shape], t.tensor_type.name) for t in reader.tensors]
+    mine = [(name, [int(d) for d in dims], t) for name, dims, t, _n, _raw in out.tensors]
+    if seen != mine:
+        errors.append("gguf.GGUFReader sees a different tensor table")
+    ft = reader.fields.get("general.file_type")
+    if ft is None or ft.contents() != int(ftype):
+        errors.append(f"gguf.GGUFReader reads general.file_type {ft and ft.contents()}, expected {int(ftype)}")
+
+    names = [t[0] for t in src.tensors]
+    if names != [t[0] for t in out.tensors]:
         errors.append("tensor names or order differ")
-    has_output = "output.weight" in names
-    out_by_name = {t.name: t for t in out.tensors}
+    output_name = "output.weight" if "output.weight" in names else "token_embd.weight"
+    out_by_name = {t[0]: t for t in out.tensors}
     total = {}
-    for s in src.tensors:
-        o = out_by_name.get(s.name)
-        if o is None:
+    for name, dims, stype, _n, sraw in src.tensors:
+        if name not in out_by_name:
             continue
-        if list(s.shape) != list(o.shape):
-            errors.append(f"{s.name}: shape {list(o.shape)}, expected {list(s.shape)}")
+        _, odims, otype, _, oraw = out_by_name[name]
+        if list(dims) != list(odims):
+            errors.append(f"{name}: dims {odims}, expected {dims}")
             continue
-        if is_quantized_weight(s):
-            is_output = s.name == "output.weight" or (not has_output and s.name == "token_embd.weight")
-            want = out_tname if is_output else tname
-        elif len(s.shape) == 1:
-            want = "F32"
+        if is_quantized_weight(dims, name):
+            want_t = out_tname if name == output_name else tname
+        elif len(dims) == 1 and stype not in RAW_TYPES:
+            want_t = "F32"
         else:
-            want = s.tensor_type.name
-        if o.tensor_type.name != want:
-            errors.append(f"{s.name}: type {o.tensor_type.name}, expected {want}")
+            want_t = stype
+        if otype != want_t:
+            errors.append(f"{name}: type {otype}, expected {want_t}")
             continue
-        sraw = np.ascontiguousarray(s.data).reshape(-1).view(np.uint8)
-        oraw = np.ascontiguousarray(o.data).reshape(-1).view(np.uint8)
-        x = np.concatenate([dequant(c, s.tensor_type.name) for c in chunks(sraw, s.tensor_type.name)])
-        if want == s.tensor_type.name:
+        if stype in RAW_TYPES:
+            if not np.array_equal(sraw, oraw):
+                errors.append(f"{name}: {stype} data was not copied as is")
+            continue
+        x = np.concatenate([dequant(c, stype) for c in chunks(sraw, stype)])
+        if want_t == stype:
             expect = sraw
         else:
-            expect = np.concatenate([quant(x[i:i + CHUNK_VALUES], want)
+            expect = np.concatenate([quant(x[i:i + CHUNK_VALUES], want_t)
                                      for i in range(0, x.size, CHUNK_VALUES)])
         if expect.size != oraw.size or not np.array_equal(expect, oraw):
             bad = np.flatnonzero(expect != oraw) if expect.size == oraw.size else []
-            errors.append(f"{s.name}: {want} bytes differ from gguf.quants.quantize "
+            errors.append(f"{name}: {want_t} bytes differ from gguf.quants.quantize "
                           f"({len(bad)} bytes, first at {bad[0] if len(bad) else '?'})")
         # Closeness of the requantized values to the source, per type.
-        y = np.concatenate([dequant(c, want) for c in chunks(oraw, want)])
-        err, ref = total.setdefault(want, [0.0, 0.0])
-        total[want] = [err + float(np.sum((y - x).astype(np.float64) ** 2)),
-                       ref + float(np.sum(x.astype(np.float64) ** 2))]
-    # Relative RMS error bounds: a uniform rounding error of half a step is
-    # step/sqrt(12) RMS; for weight-like data these sit well inside.
+        y = np.concatenate([dequant(c, want_t) for c in chunks(oraw, want_t)])
+        err, ref = total.get(want_t, (0.0, 0.0))
+        total[want_t] = (err + float(np.sum((y - x).astype(np.float64) ** 2)),
+                         ref + float(np.sum(x.astype(np.float64) ** 2)))
+    # Relative RMS error bounds: round-to-nearest with step s leaves s/sqrt(12)
+    # RMS; on weight-like data (amax a few sigma) these hold with room.
     bounds = {"F32": 0.0, "F16": 1e-3, "BF16": 1e-2, "Q8_0": 0.01, "Q5_0": 0.06,
               "Q5_1": 0.06, "Q4_0": 0.15, "Q4_1": 0.15}
     for t, (err, ref) in total.items():
@@ -308,14 +315,25 @@ def cmd_check_requant(args):
     if errors:
         print("\n".join(errors[:20]), file=sys.stderr)
         sys.exit(1)
-    print(f"ok: {len(names)} tensors, {len(sk)} metadata keys")
+    print(f"ok: {len(names)} tensors, {len(out.kv)} metadata keys")
+
+
+def cmd_ftypes(args):
+    """Prints `TYPE llama_ftype` per type name: the file type llama.cpp
+    declares for a model of (mostly) that type, or `none`."""
+    members = gguf.LlamaFileType.__members__
+    for name in args:
+        cands = ["ALL_F32"] if name == "F32" else [f"MOSTLY_{name}", f"MOSTLY_{name}_S", f"MOSTLY_{name}_MOE"]
+        found = [int(members[c]) for c in cands if c in members]
+        print(name, found[0] if found else "none")
 
 
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"ops": cmd_ops, "stream": cmd_stream, "check-requant": cmd_check_requant}.get(
+    {"ops": cmd_ops, "stream": cmd_stream, "check-requant": cmd_check_requant,
+     "ftypes": cmd_ftypes}.get(
         cmd, lambda _: sys.exit(f"unknown command {cmd!r}\n{__doc__}"))(args)
 
 

@@ -23,7 +23,7 @@ use smelt::quant::{self, GgmlType, QK_K};
 use GgmlType as T;
 
 /// Types we dequantize, and those we quantize.
-const DEQUANT_TYPES: [GgmlType; 15] = [
+const DEQUANT_TYPES: [GgmlType; 20] = [
     T::F32,
     T::F16,
     T::BF16,
@@ -39,6 +39,11 @@ const DEQUANT_TYPES: [GgmlType; 15] = [
     T::Q5_K,
     T::Q6_K,
     T::Q8_K,
+    T::IQ4_NL,
+    T::IQ4_XS,
+    T::MXFP4,
+    T::TQ1_0,
+    T::TQ2_0,
 ];
 const QUANT_TYPES: [GgmlType; 10] = [
     T::F32,
@@ -59,11 +64,13 @@ const QUANT_TYPES: [GgmlType; 10] = [
 fn scale_fields(t: GgmlType) -> (&'static [usize], Option<usize>) {
     // (offsets of f16 fields, offset of an f32 field)
     match t {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 => (&[0], None),
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => (&[0], None),
         T::Q4_1 | T::Q5_1 | T::Q8_1 | T::Q4_K | T::Q5_K => (&[0, 2], None),
         T::Q2_K => (&[80, 82], None),
         T::Q3_K => (&[108], None),
         T::Q6_K => (&[208], None),
+        T::TQ1_0 => (&[52], None),
+        T::TQ2_0 => (&[64], None),
         T::Q8_K => (&[], Some(0)),
         _ => (&[], None),
     }
@@ -118,6 +125,15 @@ fn random_rows(rng: &mut StdRng, t: GgmlType, rows: usize, n: usize) -> Vec<u8> 
                 if let Some(at) = f32_at {
                     let d = 2f32.powf(rng.gen_range(-20.0..0.0)) * rng.gen_range(-1.0..1.0);
                     block[at..at + 4].copy_from_slice(&d.to_le_bytes());
+                }
+                if t == T::MXFP4 {
+                    // The E8M0 exponent byte: 2^-28..2^22, or the
+                    // subnormal scales of exponents 0 and 1.
+                    block[0] = match rng.gen_range(0..20) {
+                        0 => 0,
+                        1 => 1,
+                        _ => rng.gen_range(100..150),
+                    };
                 }
             }
             bytes
@@ -388,5 +404,22 @@ fn llama_cpp_test_quantize_fns_thresholds() {
         let dot_error = (f64::from(dot) - reference).abs() as f32 / n as f32;
         assert!(dot_error < 0.02, "{t}: dot product error {dot_error}");
         eprintln!("{t}: total error {total_error:.6}, dot error {dot_error:.6}");
+    }
+}
+
+/// `GgmlType::llama_ftype` against gguf-py's `LlamaFileType`.
+#[test]
+fn llama_ftypes_match_gguf() {
+    let mut args: Vec<&OsStr> = vec!["ftypes".as_ref()];
+    args.extend(quant::ALL_TYPES.iter().map(|t| OsStr::new(t.name())));
+    let out = quant_ref::run(&args);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), quant::ALL_TYPES.len());
+    for (t, line) in quant::ALL_TYPES.iter().zip(lines) {
+        let want = line.split_once(' ').map(|(_, v)| v);
+        let got = t
+            .llama_ftype()
+            .map_or("none".to_string(), |v| v.to_string());
+        assert_eq!(Some(got.as_str()), want, "{t}");
     }
 }

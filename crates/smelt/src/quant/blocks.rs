@@ -17,7 +17,11 @@ pub trait Block: Pod + Zeroable {
     /// Values per block (ggml's `QK*`).
     const QK: usize;
 
-    /// Writes the block's `QK` values to `y` (`y.len() == QK`).
+    /// Writes the block's `QK` values to `y`.
+    ///
+    /// # Panics
+    /// If `y` is shorter than `QK`: callers slice rows into blocks, so that
+    /// is a bug in the caller, never bad data.
     fn dequantize(&self, y: &mut [f32]);
 }
 
@@ -39,12 +43,15 @@ pub fn as_blocks_mut<B: Block>(dst: &mut [u8]) -> Result<&mut [B], QuantError> {
     bytemuck::try_cast_slice_mut(dst).map_err(|_| wrong_bytes::<B>(len))
 }
 
+/// `got` bytes are not a whole number of blocks: report the nearest whole
+/// row below it.
 fn wrong_bytes<B: Block>(got: usize) -> QuantError {
+    let blocks = got / size_of::<B>();
     QuantError::WrongLength {
         dtype: B::DTYPE,
-        n: got / size_of::<B>() * B::QK,
+        n: blocks * B::QK,
         got,
-        expected: got / size_of::<B>() * size_of::<B>(),
+        expected: blocks * size_of::<B>(),
     }
 }
 

@@ -7,23 +7,31 @@
 //! - `float.rs`: F32, F16, BF16.
 //! - `legacy.rs`: the 32-value blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1.
 //! - `kquants.rs`: the 256-value super-blocks Q2_K..Q6_K and Q8_K.
+//! - `codebook.rs`: IQ4_NL, IQ4_XS and MXFP4, whose quants index a table.
+//! - `ternary.rs`: TQ1_0 and TQ2_0.
 //! - `blocks.rs`: the [`Block`] trait and the row loops they share.
 //!
 //! The code here is the plain reference: obviously correct, checked against
 //! the `gguf` Python package, and what every fast path is compared with.
 
 mod blocks;
+mod codebook;
 mod float;
 mod kquants;
 mod legacy;
+mod ternary;
 mod types;
 
 pub use blocks::{Block, F16Bytes, Quantize, as_blocks, f16_to_f32, f32_to_f16};
+pub use codebook::{
+    BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half,
+};
 pub use float::{bf16_to_f32, f32_to_bf16};
 pub use kquants::{
     BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, BlockQ8_K, scale_min_k4, scale_q3_k,
 };
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+pub use ternary::{BlockTQ1_0, BlockTQ2_0};
 pub use types::{ALL_TYPES, GgmlType, QK_K};
 
 #[derive(Debug, thiserror::Error)]
@@ -63,101 +71,42 @@ pub fn check_row(dtype: GgmlType, bytes: usize, n: usize) -> Result<(), QuantErr
     Ok(())
 }
 
-/// Runs `$e` with `$B` naming the block type of `$dtype`; `None` for types
-/// without a block implementation here.
-macro_rules! with_block {
-    ($dtype:expr, $B:ident => $e:expr) => {{
-        use GgmlType as T;
+/// `Some($e)` with `$B` naming the block type of `$dtype`, for the listed
+/// types; `None` for the others.
+macro_rules! dispatch {
+    ($dtype:expr, $B:ident => $e:expr, [$($t:ident => $block:ty),* $(,)?]) => {
         match $dtype {
-            T::Q4_0 => Some({
-                type $B = BlockQ4_0;
+            $(GgmlType::$t => Some({
+                type $B = $block;
                 $e
-            }),
-            T::Q4_1 => Some({
-                type $B = BlockQ4_1;
-                $e
-            }),
-            T::Q5_0 => Some({
-                type $B = BlockQ5_0;
-                $e
-            }),
-            T::Q5_1 => Some({
-                type $B = BlockQ5_1;
-                $e
-            }),
-            T::Q8_0 => Some({
-                type $B = BlockQ8_0;
-                $e
-            }),
-            T::Q8_1 => Some({
-                type $B = BlockQ8_1;
-                $e
-            }),
-            T::Q2_K => Some({
-                type $B = BlockQ2_K;
-                $e
-            }),
-            T::Q3_K => Some({
-                type $B = BlockQ3_K;
-                $e
-            }),
-            T::Q4_K => Some({
-                type $B = BlockQ4_K;
-                $e
-            }),
-            T::Q5_K => Some({
-                type $B = BlockQ5_K;
-                $e
-            }),
-            T::Q6_K => Some({
-                type $B = BlockQ6_K;
-                $e
-            }),
-            T::Q8_K => Some({
-                type $B = BlockQ8_K;
-                $e
-            }),
+            }),)*
             _ => None,
         }
-    }};
+    };
 }
 
-/// Like `with_block!`, for the block types that have a quantizer.
+/// Every block type that dequantizes.
+macro_rules! with_block {
+    ($dtype:expr, $B:ident => $e:expr) => {
+        dispatch!($dtype, $B => $e, [
+            Q4_0 => BlockQ4_0, Q4_1 => BlockQ4_1, Q5_0 => BlockQ5_0, Q5_1 => BlockQ5_1,
+            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1,
+            Q2_K => BlockQ2_K, Q3_K => BlockQ3_K, Q4_K => BlockQ4_K, Q5_K => BlockQ5_K,
+            Q6_K => BlockQ6_K, Q8_K => BlockQ8_K,
+            IQ4_NL => BlockIQ4_NL, IQ4_XS => BlockIQ4_XS, MXFP4 => BlockMXFP4,
+            TQ1_0 => BlockTQ1_0, TQ2_0 => BlockTQ2_0,
+        ])
+    };
+}
+
+/// The block types that also quantize.
 macro_rules! with_quantizer {
-    ($dtype:expr, $B:ident => $e:expr) => {{
-        use GgmlType as T;
-        match $dtype {
-            T::Q4_0 => Some({
-                type $B = BlockQ4_0;
-                $e
-            }),
-            T::Q4_1 => Some({
-                type $B = BlockQ4_1;
-                $e
-            }),
-            T::Q5_0 => Some({
-                type $B = BlockQ5_0;
-                $e
-            }),
-            T::Q5_1 => Some({
-                type $B = BlockQ5_1;
-                $e
-            }),
-            T::Q8_0 => Some({
-                type $B = BlockQ8_0;
-                $e
-            }),
-            T::Q8_1 => Some({
-                type $B = BlockQ8_1;
-                $e
-            }),
-            T::Q8_K => Some({
-                type $B = BlockQ8_K;
-                $e
-            }),
-            _ => None,
-        }
-    }};
+    ($dtype:expr, $B:ident => $e:expr) => {
+        dispatch!($dtype, $B => $e, [
+            Q4_0 => BlockQ4_0, Q4_1 => BlockQ4_1, Q5_0 => BlockQ5_0, Q5_1 => BlockQ5_1,
+            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1, Q8_K => BlockQ8_K,
+        ])
+    };
 }
 
 /// True when [`dequantize_row`] and [`dot_f32`] handle `dtype`.
@@ -215,6 +164,39 @@ pub fn dot_f32(dtype: GgmlType, w_row: &[u8], x: &[f32]) -> Result<f32, QuantErr
             dtype,
         },
     ))
+}
+
+/// Converts whole rows of `row_len` values from `src_type` to `dst_type`
+/// through f32 (dequantize, then quantize), one row at a time in `scratch`.
+/// `src` and `dst` must hold the same number of rows.
+pub fn convert_rows(
+    src_type: GgmlType,
+    src: &[u8],
+    dst_type: GgmlType,
+    dst: &mut [u8],
+    row_len: usize,
+    scratch: &mut Vec<f32>,
+) -> Result<(), QuantError> {
+    let not_whole = |dtype: GgmlType| QuantError::NotWholeBlocks {
+        dtype,
+        n: row_len,
+        block: dtype.block_size(),
+    };
+    if row_len == 0 {
+        check_row(src_type, src.len(), 0)?;
+        return check_row(dst_type, dst.len(), 0);
+    }
+    let src_row = src_type.row_bytes(row_len).ok_or(not_whole(src_type))?;
+    let dst_row = dst_type.row_bytes(row_len).ok_or(not_whole(dst_type))?;
+    let rows = src.len().checked_div(src_row).unwrap_or(0);
+    check_row(src_type, src.len(), rows * row_len)?;
+    check_row(dst_type, dst.len(), rows * row_len)?;
+    scratch.resize(row_len, 0.0);
+    for (s, d) in src.chunks_exact(src_row).zip(dst.chunks_exact_mut(dst_row)) {
+        dequantize_row(src_type, s, scratch)?;
+        quantize_row(dst_type, scratch, d)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
