@@ -64,8 +64,14 @@ pub enum Kernel {
         weight: bool,
     },
     Rope(RopeMode),
-    /// The cache type, F32 or F16.
+    /// The cache type, F32 or F16: one workgroup per (row, head), keys
+    /// spread over the workgroup (decode).
     Attention(GgmlType),
+    /// One invocation per (head, row), for a head size (prefill).
+    AttentionRows {
+        kv: GgmlType,
+        head_dim: u32,
+    },
     Elementwise(Elementwise),
     Softmax,
     Argmax,
@@ -132,6 +138,11 @@ impl Kernel {
                 v.push(Kernel::Copy { src, dst });
             }
         }
+        for kv in [F32, F16] {
+            for head_dim in [64, 128, 256] {
+                v.push(Kernel::AttentionRows { kv, head_dim });
+            }
+        }
         v
     }
 
@@ -144,7 +155,7 @@ impl Kernel {
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
             Kernel::Rope(_) => &[RW, RW, RW, RW],
-            Kernel::Attention(_) => &[RW, R, R, RW, RW, RW],
+            Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
@@ -201,6 +212,14 @@ impl Kernel {
                 }
                 wg = WG_ATTENTION;
                 parts.extend([src::REDUCE, src::ATTENTION]);
+            }
+            Kernel::AttentionRows { kv, head_dim } => {
+                if kv == GgmlType::F16 {
+                    def("KV_F16");
+                }
+                def("ROWS");
+                defines.push(("HD", head_dim.to_string()));
+                parts.push(src::ATTENTION);
             }
             Kernel::Elementwise(op) => {
                 def(match op {

@@ -5,6 +5,12 @@
 // One workgroup per (query row, head); invocation `lid` scores key j0 + lid
 // and owns output dims lid, lid + WG, ... (head_dim <= 4 * WG).
 //
+// With the ROWS define (prefill), one invocation per (head, query row)
+// instead: it walks its keys alone with the same online softmax, the query
+// and the output row in registers ({{HD}}, the head size, is a constant),
+// and no barriers. Neighbouring invocations are neighbouring rows of one
+// head, so they read the same keys.
+//
 // Params: 0 n (query rows), 1 n_heads, 2 n_kv_heads, 3 head_dim, 4 ctx,
 // 5 window (0: none), 6 scale (f32), 7 softcap (f32, 0: none),
 // 8 cache rows.
@@ -32,6 +38,89 @@ fn kv2(w: u32) -> vec2<f32> {
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;   // (n, n_heads * head_dim)
 
+#ifdef ROWS
+const HD4: u32 = {{HD}}u / 4u;
+
+// 4 cache values at element e (a multiple of 4).
+fn k4(e: u32) -> vec4<f32> {
+#ifdef KV_F16
+    return vec4<f32>(kv2(kc[e / 2u]), kv2(kc[e / 2u + 1u]));
+#else
+    return vec4<f32>(kc[e], kc[e + 1u], kc[e + 2u], kc[e + 3u]);
+#endif
+}
+
+fn v4(e: u32) -> vec4<f32> {
+#ifdef KV_F16
+    return vec4<f32>(kv2(vc[e / 2u]), kv2(vc[e / 2u + 1u]));
+#else
+    return vec4<f32>(vc[e], vc[e + 1u], vc[e + 2u], vc[e + 3u]);
+#endif
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = gid.x + gid.y * nwg.x * 64u;
+    let n = pu(0);
+    let nh = pu(1);
+    if (g >= n * nh) {
+        return;
+    }
+    let h = g / n;
+    let i = g % n;
+    let hd = HD4 * 4u;
+    let ctx = pu(4);
+    let kvh = h / (nh / pu(2));
+    let kv_stride = pu(2) * hd;
+    // Out-of-range positions and slots are clamped so reads stay in the cache.
+    let p = min(u32(max(pos[i], 0)), ctx - 1u);
+    let row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
+    var start = 0u;
+    let win = pu(5);
+    if (win > 0u && p + 1u > win) {
+        start = p + 1u - win;
+    }
+    let scale = pf(6);
+    let cap = pf(7);
+    let qb = i * nh * hd + h * hd;
+    var qv: array<vec4<f32>, HD4>;
+    var acc: array<vec4<f32>, HD4>;
+    for (var c = 0u; c < HD4; c++) {
+        qv[c] = vec4<f32>(q[qb + 4u * c], q[qb + 4u * c + 1u], q[qb + 4u * c + 2u], q[qb + 4u * c + 3u]);
+        acc[c] = vec4<f32>(0.0);
+    }
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var j = start; j <= p; j++) {
+        let kb = (row0 + j) * kv_stride + kvh * hd;
+        var s = 0.0;
+        for (var c = 0u; c < HD4; c++) {
+            s += dot(qv[c], k4(kb + 4u * c));
+        }
+        s *= scale;
+        if (cap > 0.0) {
+            let u = clamp(s / cap, -15.0, 15.0);
+            let e = exp(2.0 * u);
+            s = cap * (e - 1.0) / (e + 1.0);
+        }
+        let m_new = max(m, s);
+        let alpha = exp(m - m_new);
+        let pj = exp(s - m_new);
+        l = l * alpha + pj;
+        for (var c = 0u; c < HD4; c++) {
+            acc[c] = acc[c] * alpha + pj * v4(kb + 4u * c);
+        }
+        m = m_new;
+    }
+    for (var c = 0u; c < HD4; c++) {
+        let o = acc[c] / l;
+        out[qb + 4u * c] = o.x;
+        out[qb + 4u * c + 1u] = o.y;
+        out[qb + 4u * c + 2u] = o.z;
+        out[qb + 4u * c + 3u] = o.w;
+    }
+}
+#else
 var<workgroup> qs: array<f32, 256>;     // (head_dim) this row's query head
 var<workgroup> ps: array<f32, RED_WG>;  // (WG) this chunk's probabilities
 var<workgroup> w_pos: u32;
@@ -139,3 +228,4 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
 }
+#endif
