@@ -597,6 +597,37 @@ mod tests {
         );
     }
 
+    /// The hand-written matchers against the regex engine on the collapsed
+    /// text, over random strings of awkward characters: llama.cpp takes
+    /// them to be the same split.
+    #[test]
+    fn hand_written_splits_match_the_regexes() {
+        use rand::{Rng, SeedableRng};
+        let pool: Vec<char> =
+            "aZé ß 7٣½'sStTrReEvVmMlLdD\n\r\t \u{A0}\u{3000}\u{85}.,!?-_~$+<>|`\"()[]{}@#\
+            \u{301}\u{200D}\u{FE0F}🦙😶🌫中文한국어ـ\u{0378}\u{E000}"
+                .chars()
+                .collect();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        for (expr, split) in [
+            (GPT2, split_gpt2 as fn(&[char], &[usize]) -> Vec<usize>),
+            (LLAMA3, split_llama3),
+        ] {
+            let re = Regex::new(&collapse_regex(expr)).unwrap();
+            for _ in 0..3000 {
+                let len = rng.gen_range(1..24);
+                let cpts: Vec<char> = (0..len)
+                    .map(|_| pool[rng.gen_range(0..pool.len())])
+                    .collect();
+                let lens = [cpts.len()];
+                let by_hand = split(&cpts, &lens);
+                let by_regex = View::collapsed(&cpts).split(&re, &lens);
+                let text: String = cpts.iter().collect();
+                assert_eq!(by_hand, by_regex, "{expr}: {text:?}");
+            }
+        }
+    }
+
     #[test]
     fn gpt2_keeps_one_space_for_the_next_word() {
         let pre = PreTokenizer::new(GPT2_EXPRS).unwrap();
