@@ -1,6 +1,5 @@
 //! GGUF metadata values and the ordered key→value table.
 
-use std::collections::HashMap;
 use std::fmt;
 
 /// The on-disk value type ids (`gguf_type`).
@@ -317,10 +316,16 @@ impl fmt::Display for Array {
 }
 
 /// Metadata in file order, with lookup by key.
+///
+/// The index is a list of entry positions sorted by key, not a hash map: it
+/// costs one `usize` per key instead of a second copy of every key, which
+/// keeps what a hostile file can make the reader allocate close to the
+/// file's own size (see `reader.rs`).
 #[derive(Clone, Debug, Default)]
 pub struct Metadata {
     entries: Vec<(String, Value)>,
-    index: HashMap<String, usize>,
+    /// Positions in `entries`, sorted by key.
+    index: Vec<usize>,
 }
 
 impl Metadata {
@@ -328,27 +333,57 @@ impl Metadata {
         Self::default()
     }
 
+    /// Builds the table from entries in file order. On a repeated key,
+    /// returns the position of its first repeat in file order, and the key.
+    pub(super) fn from_entries(mut entries: Vec<(String, Value)>) -> Result<Self, (usize, String)> {
+        let mut index: Vec<usize> = (0..entries.len()).collect();
+        // Ties broken by position, so each run of equal keys is in file order
+        // and its second element is that key's first repeat.
+        index.sort_unstable_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+        let first_repeat = index
+            .windows(2)
+            .filter(|w| entries[w[0]].0 == entries[w[1]].0)
+            .map(|w| w[1])
+            .min();
+        match first_repeat {
+            Some(i) => Err((i, entries.swap_remove(i).0)),
+            None => Ok(Self { entries, index }),
+        }
+    }
+
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.index
+            .binary_search_by(|&i| self.entries[i].0.as_str().cmp(key))
+    }
+
     /// Adds a key, or replaces its value in place. Returns true if the key
     /// was already present.
     pub fn insert(&mut self, key: impl Into<String>, value: Value) -> bool {
         let key = key.into();
-        if let Some(&i) = self.index.get(&key) {
-            self.entries[i].1 = value;
-            return true;
+        match self.find(&key) {
+            Ok(at) => {
+                self.entries[self.index[at]].1 = value;
+                true
+            }
+            Err(at) => {
+                self.index.insert(at, self.entries.len());
+                self.entries.push((key, value));
+                false
+            }
         }
-        self.index.insert(key.clone(), self.entries.len());
-        self.entries.push((key, value));
-        false
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.index.get(key).map(|&i| &self.entries[i].1)
+        self.find(key)
+            .ok()
+            .map(|at| &self.entries[self.index[at]].1)
     }
 
     pub fn contains(&self, key: &str) -> bool {
-        self.index.contains_key(key)
+        self.find(key).is_ok()
     }
 
+    /// Entries in file (or insertion) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
