@@ -396,3 +396,56 @@ impl Metadata {
         self.entries.is_empty()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(k: &str, v: u32) -> (String, Value) {
+        (k.to_string(), Value::U32(v))
+    }
+
+    #[test]
+    fn metadata_keeps_file_order_and_finds_keys() {
+        let m = Metadata::from_entries(vec![entry("b", 1), entry("a", 2), entry("c", 3)])
+            .expect("no repeats");
+        let keys: Vec<&str> = m.iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["b", "a", "c"]);
+        assert_eq!(m.get("a"), Some(&Value::U32(2)));
+        assert_eq!(m.get("c"), Some(&Value::U32(3)));
+        assert_eq!(m.get("d"), None);
+        assert!(m.contains("b") && !m.contains(""));
+    }
+
+    #[test]
+    fn metadata_reports_the_first_repeat_in_file_order() {
+        let entries = vec![
+            entry("x", 0),
+            entry("y", 1),
+            entry("y", 2),
+            entry("x", 3),
+            entry("y", 4),
+        ];
+        assert_eq!(Metadata::from_entries(entries).err(), Some((2, "y".into())));
+    }
+
+    #[test]
+    fn insert_replaces_in_place() {
+        let mut m = Metadata::new();
+        assert!(!m.insert("z", Value::U8(1)));
+        assert!(!m.insert("a", Value::U8(2)));
+        assert!(m.insert("z", Value::U8(3)));
+        let all: Vec<(&str, &Value)> = m.iter().collect();
+        assert_eq!(all, [("z", &Value::U8(3)), ("a", &Value::U8(2))]);
+        assert_eq!(m.get("a"), Some(&Value::U8(2)));
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn long_arrays_display_shortened() {
+        let v = Value::Array(Array::U32((0..100).collect()));
+        assert_eq!(v.to_string(), "[0, 1, 2, 3, 4, 5, ... (100 items)]");
+        let v = Value::Array(Array::String(vec!["a\n".into()]));
+        assert_eq!(v.to_string(), r#"["a\n"]"#);
+    }
+}
