@@ -548,11 +548,12 @@ fn ops_match_cpu_with_adapter_features() {
 #[test]
 fn ops_match_cpu_without_subgroups_or_f16() {
     run(
-        "portable fallbacks",
+        "portable fallbacks, bounds-checked kernels",
         GpuOptions {
             allow_subgroups: false,
             allow_shader_f16: false,
             allow_zero_copy: false,
+            shader_bounds_checks: true,
             ..GpuOptions::default()
         },
     );

@@ -113,6 +113,10 @@ pub struct GpuOptions {
     /// Write weights straight into mapped device memory where the adapter
     /// has unified memory and `MAPPABLE_PRIMARY_BUFFERS`.
     pub allow_zero_copy: bool,
+    /// Keep wgpu's run-time bounds checks in the kernels. Off by default:
+    /// the host checks every shape (see `pipelines::build`), and the checks
+    /// cost up to half the time of a matmul. Tests run both ways.
+    pub shader_bounds_checks: bool,
 }
 
 impl Default for GpuOptions {
@@ -122,6 +126,7 @@ impl Default for GpuOptions {
             allow_subgroups: true,
             allow_shader_f16: true,
             allow_zero_copy: true,
+            shader_bounds_checks: false,
         }
     }
 }
@@ -134,6 +139,7 @@ pub struct Context {
     pub limits: wgpu::Limits,
     pub features: ShaderFeatures,
     pub zero_copy: bool,
+    pub shader_bounds_checks: bool,
     /// The first uncaptured error or the device-lost reason, reported by the
     /// next call that waits on the device.
     pub error: Arc<Mutex<Option<BackendError>>>,
@@ -242,6 +248,7 @@ impl Context {
             limits,
             features,
             zero_copy,
+            shader_bounds_checks: opts.shader_bounds_checks,
             error,
         })
     }

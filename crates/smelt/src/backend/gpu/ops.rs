@@ -254,6 +254,12 @@ impl Backend for GpuBackend {
         let op = Op::Attention;
         self.require(op, k_cache.dtype)?;
         contract::attention(q, k_cache, v_cache, pos, seq, p, out)?;
+        limit(op, k_cache.rows >= p.ctx, || {
+            format!(
+                "a cache of {} rows for a context of {}",
+                k_cache.rows, p.ctx
+            )
+        })?;
         limit(op, k_cache.dtype == v_cache.dtype, || {
             format!("K cache {} and V cache {}", k_cache.dtype, v_cache.dtype)
         })?;

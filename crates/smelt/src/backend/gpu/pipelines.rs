@@ -366,19 +366,45 @@ impl PipelineCache {
         device: &wgpu::Device,
         kernel: Kernel,
         features: ShaderFeatures,
+        bounds_checks: bool,
     ) -> &Pipeline {
         self.map
             .entry(kernel)
-            .or_insert_with(|| build(device, kernel, features))
+            .or_insert_with(|| build(device, kernel, features, bounds_checks))
     }
 }
 
-fn build(device: &wgpu::Device, kernel: Kernel, features: ShaderFeatures) -> Pipeline {
+fn build(
+    device: &wgpu::Device,
+    kernel: Kernel,
+    features: ShaderFeatures,
+    bounds_checks: bool,
+) -> Pipeline {
     let label = kernel.label();
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+    let desc = wgpu::ShaderModuleDescriptor {
         label: Some(&label),
         source: wgpu::ShaderSource::Wgsl(kernel.source(features).into()),
-    });
+    };
+    let module = if bounds_checks {
+        device.create_shader_module(desc)
+    } else {
+        // SAFETY: wgpu's checks guard against out-of-bounds accesses, loops
+        // that never end and integer division by zero. Our kernels have
+        // none of them, given what the host checks before each dispatch:
+        // - every buffer holds at least the tensor view a dispatch covers
+        //   (`Buffers::get`), plus one spare word for the unaligned u32
+        //   reads of GGUF blocks;
+        // - the contract's shape checks (`cpu::check`) and the kernel limits
+        //   in `ops.rs` (head_dim <= 256, even F16 rows, cache rows >= ctx)
+        //   hold, so every index a kernel derives from its parameters is in
+        //   range, and invocations past the end return early;
+        // - data-dependent indices (token ids, positions, slots) are
+        //   clamped in the kernels;
+        // - every loop is bounded by a parameter, and no dispatch is
+        //   recorded with zero workgroups, so no divisor is zero.
+        // The differential tests run with the checks on and off.
+        unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+    };
     let mut entries = vec![wgpu::BindGroupLayoutEntry {
         binding: 0,
         visibility: wgpu::ShaderStages::COMPUTE,
