@@ -117,6 +117,10 @@ pub struct GpuOptions {
     /// the host checks every shape (see `pipelines::build`), and the checks
     /// cost up to half the time of a matmul. Tests run both ways.
     pub shader_bounds_checks: bool,
+    /// Round a matmul's activations as ggml does (8-bit blocks for
+    /// quantized weights, f16 for F16 weights), to follow llama.cpp's
+    /// numbers; off, activations stay f32 (the CPU reference's maths).
+    pub quantize_activations: bool,
 }
 
 impl Default for GpuOptions {
@@ -127,6 +131,7 @@ impl Default for GpuOptions {
             allow_shader_f16: true,
             allow_zero_copy: true,
             shader_bounds_checks: false,
+            quantize_activations: true,
         }
     }
 }
@@ -140,6 +145,7 @@ pub struct Context {
     pub features: ShaderFeatures,
     pub zero_copy: bool,
     pub shader_bounds_checks: bool,
+    pub quantize_activations: bool,
     /// The first uncaptured error or the device-lost reason, reported by the
     /// next call that waits on the device.
     pub error: Arc<Mutex<Option<BackendError>>>,
@@ -249,6 +255,7 @@ impl Context {
             features,
             zero_copy,
             shader_bounds_checks: opts.shader_bounds_checks,
+            quantize_activations: opts.quantize_activations,
             error,
         })
     }

@@ -222,6 +222,8 @@ impl Backend for GpuBackend {
         contract::matmul(w, x, out)?;
         let (m, k, n) = (w.rows, w.cols, x.rows);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
+        let x = self.matmul_input(w.dtype, x)?;
+        self.wrote(out);
         if n <= MATVEC_MAX_TOKENS {
             let blocks = m.div_ceil(4);
             self.run(

@@ -26,6 +26,7 @@ mod src {
     pub const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
     pub const SOFTMAX: &str = include_str!("kernels/softmax.wgsl");
     pub const COPY: &str = include_str!("kernels/copy.wgsl");
+    pub const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
 }
 
 /// Weight types the matmul and get_rows kernels decode.
@@ -50,6 +51,40 @@ pub enum Elementwise {
     Scale,
     SiluMul,
     GeluMul,
+}
+
+/// How a matmul's activations are rounded first, as ggml's `vec_dot_type`
+/// of the weight type does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActQuant {
+    /// Q8_0 / Q8_1 blocks of 32 (legacy quants).
+    Q8,
+    /// Q8_K blocks of 256 (K-quants).
+    Q8K,
+    /// F16 (F16 weights).
+    F16,
+}
+
+impl ActQuant {
+    /// ggml's activation type for a weight type; `None` for F32.
+    pub fn for_weight(t: GgmlType) -> Option<Self> {
+        use GgmlType::*;
+        match t {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Some(Self::Q8),
+            Q4_K | Q5_K | Q6_K => Some(Self::Q8K),
+            F16 => Some(Self::F16),
+            _ => None,
+        }
+    }
+
+    /// Values per block.
+    pub fn block(self) -> usize {
+        match self {
+            Self::Q8 => 32,
+            Self::Q8K => 256,
+            Self::F16 => 1,
+        }
+    }
 }
 
 /// One compute kernel variant (without the adapter features).
@@ -81,6 +116,8 @@ pub enum Kernel {
     },
     /// The destination (cache) type, F32 or F16.
     SetRows(GgmlType),
+    /// Rounds activations as ggml's matmul does (`quantize.wgsl`).
+    QuantizeActs(ActQuant),
 }
 
 /// Adapter capabilities a kernel may be built for.
@@ -138,6 +175,9 @@ impl Kernel {
                 v.push(Kernel::Copy { src, dst });
             }
         }
+        for q in [ActQuant::Q8, ActQuant::Q8K, ActQuant::F16] {
+            v.push(Kernel::QuantizeActs(q));
+        }
         for kv in [F32, F16] {
             for head_dim in [64, 128, 256] {
                 v.push(Kernel::AttentionRows { kv, head_dim });
@@ -160,6 +200,7 @@ impl Kernel {
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
             Kernel::SetRows(_) => &[RW, RW, RW],
+            Kernel::QuantizeActs(_) => &[RW, RW],
         }
     }
 
@@ -245,6 +286,14 @@ impl Kernel {
                     def("DST_F16");
                 }
                 parts.push(src::COPY);
+            }
+            Kernel::QuantizeActs(q) => {
+                def(match q {
+                    ActQuant::Q8 => "Q8",
+                    ActQuant::Q8K => "Q8_K",
+                    ActQuant::F16 => "F16",
+                });
+                parts.push(src::QUANTIZE);
             }
             Kernel::SetRows(dst) => {
                 def("SET_ROWS");

@@ -1,9 +1,13 @@
-// Causal grouped-query attention over the KV cache, flash style: keys are
-// visited in chunks of WG with an online softmax (running max m and sum l,
-// the output rescaled by exp(m_old - m_new) per chunk), so scores are never
-// stored whole and one kernel serves decode (1 query row) and prefill (many).
-// One workgroup per (query row, head); invocation `lid` scores key j0 + lid
-// and owns output dims lid, lid + WG, ... (head_dim <= 4 * WG).
+// Causal grouped-query attention over the KV cache, flash style: an online
+// softmax over the keys in position order (running max m and sum l, the
+// output rescaled by exp(m_old - m_new) when the max grows), so scores are
+// never stored whole. With an F16 cache it rounds as ggml's CPU flash
+// attention does, which llama.cpp's numbers follow: the query to f16, and
+// the value accumulator to f16 after every update (`rh`).
+// One workgroup per (query row, head) for decode: invocation `lid` scores
+// key j0 + lid of each chunk of WG keys, then every invocation walks the
+// chunk's scores in order for its output dims lid, lid + WG, ...
+// (head_dim <= 4 * WG).
 //
 // With the ROWS define (prefill), one invocation per (head, query row)
 // instead: it walks its keys alone with the same online softmax, the query
@@ -37,6 +41,19 @@ fn kv2(w: u32) -> vec2<f32> {
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;   // (n, n_heads * head_dim)
+
+// Rounds to the cache type: f16 for an F16 cache.
+fn rh(v: f32) -> f32 {
+#ifdef KV_F16
+    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
+#else
+    return v;
+#endif
+}
+
+fn rh4(v: vec4<f32>) -> vec4<f32> {
+    return vec4<f32>(rh(v.x), rh(v.y), rh(v.z), rh(v.w));
+}
 
 #ifdef ROWS
 const HD4: u32 = {{HD}}u / 4u;
@@ -86,7 +103,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var qv: array<vec4<f32>, HD4>;
     var acc: array<vec4<f32>, HD4>;
     for (var c = 0u; c < HD4; c++) {
-        qv[c] = vec4<f32>(q[qb + 4u * c], q[qb + 4u * c + 1u], q[qb + 4u * c + 2u], q[qb + 4u * c + 3u]);
+        qv[c] = rh4(vec4<f32>(q[qb + 4u * c], q[qb + 4u * c + 1u], q[qb + 4u * c + 2u], q[qb + 4u * c + 3u]));
         acc[c] = vec4<f32>(0.0);
     }
     var m = NEG_BIG;
@@ -103,14 +120,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             let e = exp(2.0 * u);
             s = cap * (e - 1.0) / (e + 1.0);
         }
-        let m_new = max(m, s);
-        let alpha = exp(m - m_new);
-        let pj = exp(s - m_new);
-        l = l * alpha + pj;
-        for (var c = 0u; c < HD4; c++) {
-            acc[c] = acc[c] * alpha + pj * v4(kb + 4u * c);
+        var ms = 1.0;
+        var vs = 1.0;
+        if (s > m) {
+            ms = exp(m - s);
+            m = s;
+            for (var c = 0u; c < HD4; c++) {
+                acc[c] = rh4(acc[c] * ms);
+            }
+        } else {
+            vs = exp(s - m);
         }
-        m = m_new;
+        for (var c = 0u; c < HD4; c++) {
+            acc[c] = rh4(fma(v4(kb + 4u * c), vec4<f32>(vs), acc[c]));
+        }
+        l = l * ms + vs;
     }
     for (var c = 0u; c < HD4; c++) {
         let o = acc[c] / l;
@@ -173,7 +197,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         w_row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
     }
     for (var d = lid; d < hd; d += RED_WG) {
-        qs[d] = q[qb + d];
+        qs[d] = rh(q[qb + d]);
     }
     let p = workgroupUniformLoad(&w_pos);
     let row0 = workgroupUniformLoad(&w_row0);
@@ -198,27 +222,30 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
                 sc = cap * (e - 1.0) / (e + 1.0);
             }
         }
-        let m_new = max(m, wg_max(sc, ln));
-        var pj = 0.0;
-        if (j <= p) {
-            pj = exp(sc - m_new);
-        }
-        ps[lid] = pj;
-        let alpha = exp(m - m_new);
-        // wg_sum's barriers also publish ps to the workgroup.
-        l = l * alpha + wg_sum(pj, ln);
+        ps[lid] = sc;
+        workgroupBarrier();
+        // Every invocation walks the chunk's scores in order (the same
+        // running max and sum in each), updating its own output dims.
         let cnt = min(RED_WG, p + 1u - j0);
-        for (var c = 0u; c < 4u; c++) {
-            let d = lid + c * RED_WG;
-            if (d < hd) {
-                var a = acc[c] * alpha;
-                for (var jj = 0u; jj < cnt; jj++) {
-                    a += ps[jj] * vval((row0 + j0 + jj) * kv_stride + kvh * hd + d);
-                }
-                acc[c] = a;
+        for (var jj = 0u; jj < cnt; jj++) {
+            let s = ps[jj];
+            var ms = 1.0;
+            var vs = 1.0;
+            if (s > m) {
+                ms = exp(m - s);
+                m = s;
+            } else {
+                vs = exp(s - m);
             }
+            let vb = (row0 + j0 + jj) * kv_stride + kvh * hd;
+            for (var c = 0u; c < 4u; c++) {
+                let d = lid + c * RED_WG;
+                if (d < hd) {
+                    acc[c] = rh(fma(vval(vb + d), vs, rh(acc[c] * ms)));
+                }
+            }
+            l = l * ms + vs;
         }
-        m = m_new;
         workgroupBarrier();
     }
     for (var c = 0u; c < 4u; c++) {
