@@ -74,6 +74,12 @@ pub struct Tokenizer {
     bpe: Option<Bpe>,
 }
 
+// A server shares one tokenizer between its threads.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>();
+};
+
 impl Tokenizer {
     /// Builds the tokenizer from metadata alone, so vocabulary-only GGUFs
     /// work. Malformed or unsupported metadata is an error.

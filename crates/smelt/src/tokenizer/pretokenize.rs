@@ -172,23 +172,17 @@ impl PreTokenizer {
         } else {
             vec![cpts.len()]
         };
-        let (mut collapsed, mut wide) = (None, None);
+        let (mut collapsed_view, mut wide_view) = (None, None);
         for step in &self.steps {
             lens = match step {
                 Step::Gpt2 => split_gpt2(&cpts, &lens),
                 Step::Llama3 => split_llama3(&cpts, &lens),
-                Step::Regex {
-                    re,
-                    collapsed: true,
-                } => {
-                    let view = collapsed.get_or_insert_with(|| View::collapsed(&cpts));
-                    view.split(re, &lens)
-                }
-                Step::Regex {
-                    re,
-                    collapsed: false,
-                } => {
-                    let view = wide.get_or_insert_with(|| View::wide(&cpts));
+                Step::Regex { re, collapsed } => {
+                    let view = if *collapsed {
+                        collapsed_view.get_or_insert_with(|| View::collapsed(&cpts))
+                    } else {
+                        wide_view.get_or_insert_with(|| View::wide(&cpts))
+                    };
                     view.split(re, &lens)
                 }
             };
