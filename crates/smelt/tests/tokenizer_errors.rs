@@ -57,7 +57,7 @@ fn unknown_pre_tokenizer_is_an_error() {
         Value::String("made-up".into()),
     );
     let e = err(&h);
-    assert!(matches!(&e, TokenizerError::UnknownPre(name) if name == "made-up"));
+    assert!(matches!(&e, TokenizerError::UnknownPre { name } if name == "made-up"));
     assert!(e.to_string().contains("\"made-up\""), "{e}");
 }
 
@@ -69,7 +69,7 @@ fn unknown_pre_tokenizer_in_a_real_model_is_an_error() {
         "tokenizer.ggml.pre",
         Value::String("smollm-9".into()),
     );
-    assert!(matches!(err(&h), TokenizerError::UnknownPre(name) if name == "smollm-9"));
+    assert!(matches!(err(&h), TokenizerError::UnknownPre { name } if name == "smollm-9"));
 }
 
 #[test]
