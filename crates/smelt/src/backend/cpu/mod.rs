@@ -1,2 +1,320 @@
 //! The CPU backend: the plain reference ops, and the fast multithreaded ones
 //! checked against them.
+//!
+//! [`CpuBackend::reference`] runs every op with the loops of
+//! [`reference`]: the oracle for every other backend. Ops execute at once;
+//! there is nothing to record or submit.
+
+pub mod check;
+pub mod reference;
+mod store;
+
+use super::{
+    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Tensor, WeightData,
+};
+use crate::quant::{self, GgmlType};
+use reference::{Rows, RowsMut};
+use store::{OutBuf, Store};
+
+/// The CPU backend.
+pub struct CpuBackend {
+    store: Store,
+    /// Reference-op scratch: one dequantized weight row, one row's scores.
+    row: Vec<f32>,
+    probs: Vec<f64>,
+}
+
+impl CpuBackend {
+    /// The reference backend: plain, single-threaded, `f64` sums.
+    pub fn reference() -> Self {
+        Self {
+            store: Store::default(),
+            row: Vec::new(),
+            probs: Vec::new(),
+        }
+    }
+
+    /// Runs `f` with `out` taken out of the store, putting it back after.
+    fn with_out<R>(
+        &mut self,
+        out: Tensor,
+        f: impl FnOnce(&mut Self, &mut OutBuf) -> Result<R>,
+    ) -> Result<R> {
+        let mut buf = self.store.take(out)?;
+        let r = f(self, &mut buf);
+        self.store.put(buf);
+        r
+    }
+
+    fn rows(&self, t: Tensor) -> Result<Rows<'_>> {
+        Ok(match t.dtype {
+            GgmlType::F16 => Rows::F16(self.store.f16(t)?),
+            _ => Rows::F32(self.store.f32(t)?),
+        })
+    }
+}
+
+fn rows_mut(buf: &mut OutBuf, t: Tensor) -> RowsMut<'_> {
+    match t.dtype {
+        GgmlType::F16 => RowsMut::F16(buf.f16(t)),
+        _ => RowsMut::F32(buf.f32(t)),
+    }
+}
+
+/// Whether the quant module can dequantize `dtype`: asked of it directly,
+/// with one all-zero block, rather than kept in a second list here.
+fn can_dequantize(dtype: GgmlType) -> bool {
+    let block = vec![0u8; dtype.type_size()];
+    let mut out = vec![0f32; dtype.block_size()];
+    quant::dequantize_row(dtype, &block, &mut out).is_ok()
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> String {
+        "cpu-ref".into()
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            is_gpu: false,
+            unified_memory: true,
+            max_tensor_bytes: isize::MAX as u64,
+        }
+    }
+
+    fn supports(&self, op: Op, dtype: GgmlType) -> bool {
+        match op {
+            Op::GetRows | Op::MatMul => can_dequantize(dtype),
+            Op::SetRows | Op::Attention | Op::Copy => {
+                matches!(dtype, GgmlType::F32 | GgmlType::F16)
+            }
+            Op::Argmax => dtype == GgmlType::F32,
+            Op::RmsNorm
+            | Op::Rope
+            | Op::Add
+            | Op::Mul
+            | Op::Scale
+            | Op::SiluMul
+            | Op::GeluMul
+            | Op::Softmax => dtype == GgmlType::F32,
+        }
+    }
+
+    fn alloc(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
+        self.store.alloc(dtype, rows, cols)
+    }
+
+    fn load_weight(
+        &mut self,
+        name: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: WeightData,
+    ) -> Result<Tensor> {
+        self.store.load_weight(name, dtype, rows, cols, data)
+    }
+
+    fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
+        if bytes.len() > t.n_bytes() {
+            return Err(BackendError::Other(format!(
+                "write of {} bytes into a tensor of {}",
+                bytes.len(),
+                t.n_bytes()
+            )));
+        }
+        self.with_out(t, |_, out| {
+            out.bytes(t)[..bytes.len()].copy_from_slice(bytes);
+            Ok(())
+        })
+    }
+
+    fn read(&mut self, t: Tensor, out: &mut [u8]) -> Result<()> {
+        let src = self.store.bytes(t)?;
+        if out.len() > src.len() {
+            return Err(BackendError::Other(format!(
+                "read of {} bytes from a tensor of {}",
+                out.len(),
+                src.len()
+            )));
+        }
+        out.copy_from_slice(&src[..out.len()]);
+        Ok(())
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn get_rows(&mut self, table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        check::get_rows(table, ids, out)?;
+        self.with_out(out, |b, o| {
+            let (t, i) = (b.store.bytes(table)?, b.store.i32(ids)?);
+            reference::get_rows(t, table.dtype, table.cols, i, o.f32(out))
+        })
+    }
+
+    fn set_rows(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+        check::set_rows(src, ids, dst)?;
+        self.with_out(dst, |b, o| {
+            let (s, i) = (b.store.f32(src)?, b.store.i32(ids)?);
+            reference::set_rows(s, src.cols, i, rows_mut(o, dst))
+        })
+    }
+
+    fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
+        check::rms_norm(x, weight, out)?;
+        self.with_out(out, |b, o| {
+            let xs = b.store.f32(x)?;
+            let w = weight.map(|w| b.store.f32(w)).transpose()?;
+            reference::rms_norm(xs, x.cols, w, eps, o.f32(out));
+            Ok(())
+        })
+    }
+
+    fn rope(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
+        check::rope(x, pos, p, out)?;
+        self.with_out(out, |b, o| {
+            let ps = b.store.i32(pos)?;
+            let factors = p.freq_factors.map(|f| b.store.f32(f)).transpose()?;
+            let src = if x.id == out.id {
+                None
+            } else {
+                Some(b.store.f32(x)?)
+            };
+            reference::rope(src, o.f32(out), ps, p, factors);
+            Ok(())
+        })
+    }
+
+    fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
+        check::matmul(w, x, out)?;
+        if !self.supports(Op::MatMul, w.dtype) {
+            return Err(BackendError::Unsupported {
+                backend: self.name(),
+                op: Op::MatMul,
+                dtype: w.dtype,
+            });
+        }
+        self.with_out(out, |b, o| {
+            let mut row = std::mem::take(&mut b.row);
+            let r = (|| {
+                let (ws, xs) = (b.store.bytes(w)?, b.store.f32(x)?);
+                reference::matmul(ws, w.dtype, w.cols, xs, o.f32(out), &mut row)
+            })();
+            b.row = row;
+            r
+        })
+    }
+
+    fn attention(
+        &mut self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        pos: Tensor,
+        seq: Tensor,
+        p: &AttentionParams,
+        out: Tensor,
+    ) -> Result<()> {
+        check::attention(q, k_cache, v_cache, pos, seq, p, out)?;
+        self.with_out(out, |b, o| {
+            let mut probs = std::mem::take(&mut b.probs);
+            let r = (|| {
+                let (qs, ps, ss) = (b.store.f32(q)?, b.store.i32(pos)?, b.store.i32(seq)?);
+                let (k, v) = (b.rows(k_cache)?, b.rows(v_cache)?);
+                reference::attention(qs, k, v, k_cache.rows, ps, ss, p, o.f32(out), &mut probs)
+            })();
+            b.probs = probs;
+            r
+        })
+    }
+
+    fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        self.binary(Op::Add, a, b, out, |x, y| x + y)
+    }
+
+    fn mul(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        self.binary(Op::Mul, a, b, out, |x, y| x * y)
+    }
+
+    fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()> {
+        check::scale(x, out)?;
+        self.with_out(out, |b, o| {
+            let src = if x.id == out.id {
+                None
+            } else {
+                Some(b.store.f32(x)?)
+            };
+            let o = o.f32(out);
+            for i in 0..o.len() {
+                o[i] = src.map_or(o[i], |v| v[i]) * s;
+            }
+            Ok(())
+        })
+    }
+
+    fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        check::glu(Op::SiluMul, gate, up, out)?;
+        self.with_out(out, |b, o| {
+            let (g, u) = (b.store.f32(gate)?, b.store.f32(up)?);
+            reference::glu(g, u, o.f32(out), reference::silu);
+            Ok(())
+        })
+    }
+
+    fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        check::glu(Op::GeluMul, gate, up, out)?;
+        self.with_out(out, |b, o| {
+            let (g, u) = (b.store.f32(gate)?, b.store.f32(up)?);
+            reference::glu(g, u, o.f32(out), reference::gelu);
+            Ok(())
+        })
+    }
+
+    fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
+        check::softmax(x, out)?;
+        self.with_out(out, |b, o| {
+            reference::softmax(b.store.f32(x)?, x.cols, o.f32(out));
+            Ok(())
+        })
+    }
+
+    fn argmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
+        check::argmax(x, out)?;
+        self.with_out(out, |b, o| {
+            reference::argmax(b.store.f32(x)?, x.cols, o.i32(out));
+            Ok(())
+        })
+    }
+
+    fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()> {
+        check::copy(src, dst)?;
+        self.with_out(dst, |b, o| {
+            reference::copy(b.rows(src)?, rows_mut(o, dst));
+            Ok(())
+        })
+    }
+}
+
+impl CpuBackend {
+    fn binary(
+        &mut self,
+        op: Op,
+        a: Tensor,
+        bt: Tensor,
+        out: Tensor,
+        f: impl Fn(f32, f32) -> f32,
+    ) -> Result<()> {
+        check::binary(op, a, bt, out)?;
+        self.with_out(out, |b, o| {
+            let src = if a.id == out.id {
+                None
+            } else {
+                Some(b.store.f32(a)?)
+            };
+            reference::binary(src, b.store.f32(bt)?, o.f32(out), f);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,300 @@
+//! Shape and type checks for every op of the contract.
+//!
+//! They look only at the handles, never at data, so any backend can run them
+//! before it records or executes an op (the GPU backend too): a mismatch is a
+//! [`BackendError::Shape`], never a panic or an out-of-bounds access.
+//! Checks that need the data (an id past the table, a position past the
+//! context) are the executing backend's job.
+
+use super::super::{AttentionParams, BackendError, Op, Result, RopeParams, Tensor};
+use crate::quant::GgmlType;
+
+fn shape(op: Op, detail: String) -> BackendError {
+    BackendError::Shape { op, detail }
+}
+
+fn dtype(op: Op, what: &str, t: Tensor, allowed: &[GgmlType]) -> Result<()> {
+    if allowed.contains(&t.dtype) {
+        Ok(())
+    } else {
+        Err(shape(
+            op,
+            format!("{what} is {}, expected one of {allowed:?}", t.dtype),
+        ))
+    }
+}
+
+fn f32(op: Op, what: &str, t: Tensor) -> Result<()> {
+    dtype(op, what, t, &[GgmlType::F32])
+}
+
+/// An index tensor: I32, one row.
+fn index(op: Op, what: &str, t: Tensor) -> Result<()> {
+    dtype(op, what, t, &[GgmlType::I32])?;
+    if t.rows != 1 {
+        return Err(shape(op, format!("{what} has {} rows, expected 1", t.rows)));
+    }
+    Ok(())
+}
+
+fn same_shape(op: Op, what: &str, a: Tensor, b: Tensor) -> Result<()> {
+    if (a.rows, a.cols) != (b.rows, b.cols) {
+        return Err(shape(
+            op,
+            format!(
+                "{what}: {}x{} and {}x{} differ",
+                a.rows, a.cols, b.rows, b.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn distinct(op: Op, what: &str, a: Tensor, b: Tensor) -> Result<()> {
+    if a.id == b.id {
+        return Err(shape(op, format!("{what} may not share memory")));
+    }
+    Ok(())
+}
+
+pub fn get_rows(table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+    let op = Op::GetRows;
+    index(op, "ids", ids)?;
+    f32(op, "out", out)?;
+    distinct(op, "table and out", table, out)?;
+    if out.rows != ids.cols || out.cols != table.cols {
+        return Err(shape(
+            op,
+            format!(
+                "{} ids of a {}-wide table into {}x{}",
+                ids.cols, table.cols, out.rows, out.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn set_rows(src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+    let op = Op::SetRows;
+    f32(op, "src", src)?;
+    index(op, "ids", ids)?;
+    dtype(op, "dst", dst, &[GgmlType::F32, GgmlType::F16])?;
+    distinct(op, "src and dst", src, dst)?;
+    if src.rows != ids.cols || src.cols != dst.cols {
+        return Err(shape(
+            op,
+            format!(
+                "{}x{} src with {} ids into a {}-wide dst",
+                src.rows, src.cols, ids.cols, dst.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn rms_norm(x: Tensor, weight: Option<Tensor>, out: Tensor) -> Result<()> {
+    let op = Op::RmsNorm;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    same_shape(op, "x and out", x, out)?;
+    if let Some(w) = weight {
+        f32(op, "weight", w)?;
+        if w.n_elements() != x.cols {
+            return Err(shape(
+                op,
+                format!("weight of {} values for rows of {}", w.n_elements(), x.cols),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn rope(x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
+    let op = Op::Rope;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    index(op, "pos", pos)?;
+    same_shape(op, "x and out", x, out)?;
+    if x.cols != p.n_heads * p.head_dim {
+        return Err(shape(
+            op,
+            format!("rows of {} for {}x{} heads", x.cols, p.n_heads, p.head_dim),
+        ));
+    }
+    if p.n_dims > p.head_dim || !p.n_dims.is_multiple_of(2) {
+        return Err(shape(
+            op,
+            format!("{} rotated dims in heads of {}", p.n_dims, p.head_dim),
+        ));
+    }
+    if pos.cols != x.rows {
+        return Err(shape(
+            op,
+            format!("{} positions for {} rows", pos.cols, x.rows),
+        ));
+    }
+    if let Some(f) = p.freq_factors {
+        f32(op, "freq_factors", f)?;
+        if f.n_elements() != p.n_dims / 2 {
+            return Err(shape(
+                op,
+                format!("{} freq factors for {} dims", f.n_elements(), p.n_dims),
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn matmul(w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
+    let op = Op::MatMul;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    distinct(op, "x and out", x, out)?;
+    distinct(op, "w and out", w, out)?;
+    if x.cols != w.cols || out.rows != x.rows || out.cols != w.rows {
+        return Err(shape(
+            op,
+            format!(
+                "x {}x{} · w {}x{}ᵀ into {}x{}",
+                x.rows, x.cols, w.rows, w.cols, out.rows, out.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    pos: Tensor,
+    seq: Tensor,
+    p: &AttentionParams,
+    out: Tensor,
+) -> Result<()> {
+    let op = Op::Attention;
+    f32(op, "q", q)?;
+    f32(op, "out", out)?;
+    index(op, "pos", pos)?;
+    index(op, "seq", seq)?;
+    let kv = [GgmlType::F32, GgmlType::F16];
+    dtype(op, "k cache", k_cache, &kv)?;
+    dtype(op, "v cache", v_cache, &kv)?;
+    same_shape(op, "q and out", q, out)?;
+    same_shape(op, "k and v caches", k_cache, v_cache)?;
+    distinct(op, "q and out", q, out)?;
+    if p.n_kv_heads == 0 || p.head_dim == 0 || !p.n_heads.is_multiple_of(p.n_kv_heads) {
+        return Err(shape(
+            op,
+            format!("{} heads over {} kv heads", p.n_heads, p.n_kv_heads),
+        ));
+    }
+    if q.cols != p.n_heads * p.head_dim {
+        return Err(shape(
+            op,
+            format!("q rows of {} for {}x{}", q.cols, p.n_heads, p.head_dim),
+        ));
+    }
+    if k_cache.cols != p.n_kv_heads * p.head_dim {
+        return Err(shape(
+            op,
+            format!(
+                "cache rows of {} for {}x{}",
+                k_cache.cols, p.n_kv_heads, p.head_dim
+            ),
+        ));
+    }
+    if p.ctx == 0 || !k_cache.rows.is_multiple_of(p.ctx) {
+        return Err(shape(
+            op,
+            format!("cache of {} rows in slots of {}", k_cache.rows, p.ctx),
+        ));
+    }
+    if pos.cols != q.rows || seq.cols != q.rows {
+        return Err(shape(
+            op,
+            format!(
+                "{} positions and {} slots for {} rows",
+                pos.cols, seq.cols, q.rows
+            ),
+        ));
+    }
+    if p.window == Some(0) {
+        return Err(shape(op, "a window of 0 positions".into()));
+    }
+    Ok(())
+}
+
+/// `add` and `mul`: `b` is `a`'s shape or one row of it; `out` may be `a`.
+pub fn binary(op: Op, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+    f32(op, "a", a)?;
+    f32(op, "b", b)?;
+    f32(op, "out", out)?;
+    same_shape(op, "a and out", a, out)?;
+    distinct(op, "b and out", b, out)?;
+    if b.cols != a.cols || (b.rows != a.rows && b.rows != 1) {
+        return Err(shape(
+            op,
+            format!(
+                "b {}x{} does not broadcast over a {}x{}",
+                b.rows, b.cols, a.rows, a.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `scale`: `out` may be `x`.
+pub fn scale(x: Tensor, out: Tensor) -> Result<()> {
+    let op = Op::Scale;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    same_shape(op, "x and out", x, out)
+}
+
+/// `silu_mul` and `gelu_mul`.
+pub fn glu(op: Op, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+    f32(op, "gate", gate)?;
+    f32(op, "up", up)?;
+    f32(op, "out", out)?;
+    same_shape(op, "gate and up", gate, up)?;
+    same_shape(op, "gate and out", gate, out)?;
+    distinct(op, "gate and out", gate, out)?;
+    distinct(op, "up and out", up, out)
+}
+
+pub fn softmax(x: Tensor, out: Tensor) -> Result<()> {
+    let op = Op::Softmax;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    same_shape(op, "x and out", x, out)?;
+    distinct(op, "x and out", x, out)
+}
+
+pub fn argmax(x: Tensor, out: Tensor) -> Result<()> {
+    let op = Op::Argmax;
+    f32(op, "x", x)?;
+    dtype(op, "out", out, &[GgmlType::I32])?;
+    if out.n_elements() != x.rows || x.cols == 0 {
+        return Err(shape(
+            op,
+            format!(
+                "{} indices for {} rows of {}",
+                out.n_elements(),
+                x.rows,
+                x.cols
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub fn copy(src: Tensor, dst: Tensor) -> Result<()> {
+    let op = Op::Copy;
+    let types = [GgmlType::F32, GgmlType::F16];
+    dtype(op, "src", src, &types)?;
+    dtype(op, "dst", dst, &types)?;
+    same_shape(op, "src and dst", src, dst)?;
+    distinct(op, "src and dst", src, dst)
+}

@@ -1,0 +1,331 @@
+//! The reference ops: plain loops, sums in `f64`, no threads, no tricks.
+//!
+//! Every fast CPU op and every GPU kernel is tested against these, so they
+//! are written to be obviously right rather than quick. Inputs were checked
+//! by `check` (shapes, types); the checks that need data values (ids inside
+//! the table, positions inside the context) are made here and reported as
+//! errors.
+//!
+//! Legend: `n` rows of a step, `k` inputs, `m` outputs, `hd` head dim.
+
+use half::f16;
+
+use super::super::{AttentionParams, BackendError, Result, RopeMode, RopeParams};
+use crate::quant::{self, GgmlType, QuantError};
+
+/// Rows of a KV cache, F32 or F16.
+#[derive(Clone, Copy)]
+pub enum Rows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [f16]),
+}
+
+pub enum RowsMut<'a> {
+    F32(&'a mut [f32]),
+    F16(&'a mut [f16]),
+}
+
+impl Rows<'_> {
+    /// Value `i`, widened.
+    #[inline]
+    pub fn get(&self, i: usize) -> f32 {
+        match self {
+            Rows::F32(v) => v[i],
+            Rows::F16(v) => v[i].to_f32(),
+        }
+    }
+}
+
+pub(super) fn quant_error(op: super::super::Op, e: QuantError) -> BackendError {
+    match e {
+        QuantError::Unsupported { dtype, .. } => BackendError::Unsupported {
+            backend: "cpu".into(),
+            op,
+            dtype,
+        },
+        other => BackendError::Other(other.to_string()),
+    }
+}
+
+fn out_of_range(what: &str, value: i64, limit: usize) -> BackendError {
+    BackendError::Other(format!("{what} {value} is outside 0..{limit}"))
+}
+
+/// An index value checked against `limit`.
+pub(super) fn checked_index(what: &str, value: i32, limit: usize) -> Result<usize> {
+    usize::try_from(value)
+        .ok()
+        .filter(|&v| v < limit)
+        .ok_or_else(|| out_of_range(what, value.into(), limit))
+}
+
+/// `out[i] = table[ids[i]]`: table `rows × cols` of `dtype`, out `n × cols`.
+pub fn get_rows(
+    table: &[u8],
+    dtype: GgmlType,
+    cols: usize,
+    ids: &[i32],
+    out: &mut [f32],
+) -> Result<()> {
+    let row_bytes = dtype.row_bytes(cols).unwrap_or(0).max(1);
+    let n_rows = table.len() / row_bytes;
+    for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(cols)) {
+        let r = checked_index("get_rows id", id, n_rows)?;
+        let src = &table[r * row_bytes..(r + 1) * row_bytes];
+        quant::dequantize_row(dtype, src, dst)
+            .map_err(|e| quant_error(super::super::Op::GetRows, e))?;
+    }
+    Ok(())
+}
+
+/// `dst[ids[i]] = src[i]`: src `n × cols`, dst `rows × cols`.
+pub fn set_rows(src: &[f32], cols: usize, ids: &[i32], dst: RowsMut) -> Result<()> {
+    let n_rows = match &dst {
+        RowsMut::F32(d) => d.len() / cols.max(1),
+        RowsMut::F16(d) => d.len() / cols.max(1),
+    };
+    match dst {
+        RowsMut::F32(d) => {
+            for (&id, s) in ids.iter().zip(src.chunks_exact(cols)) {
+                let r = checked_index("set_rows id", id, n_rows)?;
+                d[r * cols..(r + 1) * cols].copy_from_slice(s);
+            }
+        }
+        RowsMut::F16(d) => {
+            for (&id, s) in ids.iter().zip(src.chunks_exact(cols)) {
+                let r = checked_index("set_rows id", id, n_rows)?;
+                for (o, &v) in d[r * cols..(r + 1) * cols].iter_mut().zip(s) {
+                    *o = f16::from_f32(v);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each row of `x` (`n × cols`) over its root mean square, times `weight`.
+pub fn rms_norm(x: &[f32], cols: usize, weight: Option<&[f32]>, eps: f32, out: &mut [f32]) {
+    for (xr, or) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        let sum: f64 = xr.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let mean = (sum / cols as f64) as f32;
+        let scale = 1.0 / (mean + eps).sqrt();
+        for (i, (o, &v)) in or.iter_mut().zip(xr).enumerate() {
+            *o = v * scale * weight.map_or(1.0, |w| w[i]);
+        }
+    }
+}
+
+/// The rotation angle of pair `d` (of `n_dims / 2`) at position `pos`:
+/// `pos · freq_scale · base^(-2d/n_dims) / factor[d]`.
+pub fn rope_theta(p: &RopeParams, factors: Option<&[f32]>, pos: i32, d: usize) -> f64 {
+    let inv_freq = f64::from(p.freq_base).powf(-2.0 * d as f64 / p.n_dims as f64);
+    let factor = factors.map_or(1.0, |f| f64::from(f[d]));
+    f64::from(pos) * f64::from(p.freq_scale) * inv_freq / factor
+}
+
+/// RoPE on `out` (`n × (n_heads·hd)`), reading `src` or, when it is `None`,
+/// `out` itself.
+pub fn rope(
+    src: Option<&[f32]>,
+    out: &mut [f32],
+    pos: &[i32],
+    p: &RopeParams,
+    factors: Option<&[f32]>,
+) {
+    let cols = p.n_heads * p.head_dim;
+    if let Some(src) = src {
+        out.copy_from_slice(&src[..out.len()]);
+    }
+    let half = p.n_dims / 2;
+    for (row, &ps) in out.chunks_exact_mut(cols).zip(pos) {
+        for head in row.chunks_exact_mut(p.head_dim) {
+            for d in 0..half {
+                let (sin, cos) = rope_theta(p, factors, ps, d).sin_cos();
+                let (i0, i1) = match p.mode {
+                    RopeMode::Normal => (2 * d, 2 * d + 1),
+                    RopeMode::Neox => (d, d + half),
+                };
+                let (x0, x1) = (f64::from(head[i0]), f64::from(head[i1]));
+                head[i0] = (x0 * cos - x1 * sin) as f32;
+                head[i1] = (x0 * sin + x1 * cos) as f32;
+            }
+        }
+    }
+}
+
+/// `out = x · wᵀ`: w `m × k` of `dtype`, x `n × k`, out `n × m`. Each weight
+/// row is dequantized into `scratch` (grown once, kept).
+pub fn matmul(
+    w: &[u8],
+    dtype: GgmlType,
+    k: usize,
+    x: &[f32],
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> Result<()> {
+    let row_bytes = dtype.row_bytes(k).unwrap_or(0);
+    let m = w.len().checked_div(row_bytes).unwrap_or(0);
+    if scratch.len() < k {
+        scratch.resize(k, 0.0);
+    }
+    let wrow = &mut scratch[..k];
+    for j in 0..m {
+        quant::dequantize_row(dtype, &w[j * row_bytes..(j + 1) * row_bytes], wrow)
+            .map_err(|e| quant_error(super::super::Op::MatMul, e))?;
+        for (xr, or) in x.chunks_exact(k).zip(out.chunks_exact_mut(m)) {
+            let dot: f64 = xr
+                .iter()
+                .zip(wrow.iter())
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            or[j] = dot as f32;
+        }
+    }
+    Ok(())
+}
+
+/// Which cache rows query row `i` attends to: `(first, last)` positions.
+pub fn attention_span(
+    p: &AttentionParams,
+    cache_rows: usize,
+    pos: i32,
+    seq: i32,
+) -> Result<(usize, usize, usize)> {
+    let slots = cache_rows / p.ctx;
+    let pos = checked_index("attention position", pos, p.ctx)?;
+    let seq = checked_index("attention sequence slot", seq, slots)?;
+    let first = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    Ok((seq * p.ctx, first, pos))
+}
+
+/// Causal GQA attention of `q` (`n × (n_heads·hd)`) over the caches
+/// (`(slots·ctx) × (n_kv_heads·hd)`), into `out` (`n × (n_heads·hd)`).
+/// `probs` is scratch for one row's scores (grown once, kept).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: Rows,
+    v: Rows,
+    cache_rows: usize,
+    pos: &[i32],
+    seq: &[i32],
+    p: &AttentionParams,
+    out: &mut [f32],
+    probs: &mut Vec<f64>,
+) -> Result<()> {
+    let (hd, q_cols, kv_cols) = (
+        p.head_dim,
+        p.n_heads * p.head_dim,
+        p.n_kv_heads * p.head_dim,
+    );
+    let group = p.n_heads / p.n_kv_heads;
+    for (i, (qr, or)) in q
+        .chunks_exact(q_cols)
+        .zip(out.chunks_exact_mut(q_cols))
+        .enumerate()
+    {
+        let (base, first, last) = attention_span(p, cache_rows, pos[i], seq[i])?;
+        // Cache row of position j, offset to this head's kv head.
+        let at = |j: usize, kv_head: usize| (base + j) * kv_cols + kv_head * hd;
+        for h in 0..p.n_heads {
+            let qh = &qr[h * hd..(h + 1) * hd];
+            let kv_head = h / group;
+            probs.clear();
+            for j in first..=last {
+                let row = at(j, kv_head);
+                let dot: f64 = (0..hd)
+                    .map(|d| f64::from(qh[d]) * f64::from(k.get(row + d)))
+                    .sum();
+                let mut s = dot * f64::from(p.scale);
+                if let Some(cap) = p.softcap {
+                    s = f64::from(cap) * (s / f64::from(cap)).tanh();
+                }
+                probs.push(s);
+            }
+            let max = probs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = probs.iter().map(|s| (s - max).exp()).sum();
+            for s in probs.iter_mut() {
+                *s = (*s - max).exp() / sum;
+            }
+            for d in 0..hd {
+                let acc: f64 = (first..=last)
+                    .zip(probs.iter())
+                    .map(|(j, pr)| pr * f64::from(v.get(at(j, kv_head) + d)))
+                    .sum();
+                or[h * hd + d] = acc as f32;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `out = a ∘ b` (`a` in place when `None`), `b` one row or `a`'s shape.
+pub fn binary(a: Option<&[f32]>, b: &[f32], out: &mut [f32], f: impl Fn(f32, f32) -> f32) {
+    let cols = b.len().min(out.len()).max(1);
+    let broadcast = b.len() < out.len();
+    for (i, o) in out.iter_mut().enumerate() {
+        let bv = if broadcast { b[i % cols] } else { b[i] };
+        let av = a.map_or(*o, |a| a[i]);
+        *o = f(av, bv);
+    }
+}
+
+pub fn silu(x: f32) -> f32 {
+    (f64::from(x) / (1.0 + (-f64::from(x)).exp())) as f32
+}
+
+/// GELU, tanh approximation (ggml's `gelu`).
+pub fn gelu(x: f32) -> f32 {
+    let x = f64::from(x);
+    let c = (2.0 / std::f64::consts::PI).sqrt();
+    (0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())) as f32
+}
+
+/// `out = act(gate) * up`.
+pub fn glu(gate: &[f32], up: &[f32], out: &mut [f32], act: impl Fn(f32) -> f32) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = act(g) * u;
+    }
+}
+
+pub fn softmax(x: &[f32], cols: usize, out: &mut [f32]) {
+    for (xr, or) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        let max = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = xr.iter().map(|&v| f64::from(v - max).exp()).sum();
+        for (o, &v) in or.iter_mut().zip(xr) {
+            *o = (f64::from(v - max).exp() / sum) as f32;
+        }
+    }
+}
+
+/// The first index of each row's largest value.
+pub fn argmax(x: &[f32], cols: usize, out: &mut [i32]) {
+    for (xr, o) in x.chunks_exact(cols).zip(out.iter_mut()) {
+        let mut best = 0;
+        for (i, &v) in xr.iter().enumerate() {
+            if v > xr[best] {
+                best = i;
+            }
+        }
+        *o = best as i32;
+    }
+}
+
+/// Copies between F32 and F16 rows (or within a type).
+pub fn copy(src: Rows, dst: RowsMut) {
+    match dst {
+        RowsMut::F32(d) => {
+            for (i, o) in d.iter_mut().enumerate() {
+                *o = src.get(i);
+            }
+        }
+        RowsMut::F16(d) => {
+            for (i, o) in d.iter_mut().enumerate() {
+                *o = match src {
+                    Rows::F16(s) => s[i],
+                    Rows::F32(s) => f16::from_f32(s[i]),
+                };
+            }
+        }
+    }
+}
