@@ -22,7 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use smelt::backend::cpu::CpuBackend;
 use smelt::backend::gpu::{GpuBackend, GpuOptions, WEIGHT_TYPES};
-use smelt::backend::{AttentionParams, Backend, Op, RopeMode, RopeParams, Tensor, WeightData};
+use smelt::backend::{AttentionParams, Backend, RopeMode, RopeParams, Tensor, WeightData};
 use smelt::quant::GgmlType::{self, F16, F32, I32};
 
 /// Rows after every GPU output that no op may touch.
@@ -37,8 +37,6 @@ struct Bench {
     perf: bool,
     failures: Vec<String>,
     cases: usize,
-    /// Weight types the CPU reference cannot decode yet.
-    skipped: Vec<GgmlType>,
 }
 
 /// One tensor on both backends; `gpu` is the view the op sees, `gpu_full`
@@ -59,7 +57,6 @@ impl Bench {
             perf: std::env::var_os("SMELT_OP_PERF").is_some(),
             failures: Vec::new(),
             cases: 0,
-            skipped: Vec::new(),
         }
     }
 
@@ -271,10 +268,6 @@ fn matmul_tol(t: GgmlType) -> f64 {
 fn run_table(b: &mut Bench) {
     // get_rows and matmul on every weight type.
     for t in WEIGHT_TYPES {
-        if !b.cpu.supports(Op::MatMul, t) {
-            b.skipped.push(t);
-            continue;
-        }
         let k = weight_cols(t);
         let table = b.weight(t, 37, k);
         for n in [1usize, 6] {
@@ -389,6 +382,33 @@ fn run_table(b: &mut Bench) {
 
     rope_cases(b);
     kv_cases(b);
+    if b.perf {
+        model_shapes(b);
+    }
+}
+
+/// Perf mode only: SmolLM2-sized matmuls (decode and a 512-token prefill).
+fn model_shapes(b: &mut Bench) {
+    for t in [F32, F16] {
+        for (m, k, n) in [
+            (1536usize, 576usize, 1usize),
+            (1536, 576, 512),
+            (576, 1536, 512),
+        ] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(n, k, 1.0);
+            let out = b.output(F32, n, m);
+            b.check(
+                &format!("matmul {t} m={m} k={k} n={n}"),
+                matmul_tol(t) * 10.0,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
 }
 
 fn rope_cases(b: &mut Bench) {
@@ -509,13 +529,7 @@ fn run(label: &str, opts: GpuOptions) {
         b.gpu.features()
     );
     run_table(&mut b);
-    if !b.skipped.is_empty() {
-        println!(
-            "{label}: the CPU reference cannot decode {:?} yet: skipped",
-            b.skipped
-        );
-    }
-    assert!(b.cases > 40, "only {} cases ran", b.cases);
+    assert!(b.cases > 80, "only {} cases ran", b.cases);
     assert!(
         b.failures.is_empty(),
         "{label} (seed {seed}): {} of {} cases failed:\n{}",

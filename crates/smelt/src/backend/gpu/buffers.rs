@@ -21,7 +21,12 @@ pub struct Slot {
 #[derive(Default)]
 pub struct Buffers {
     slots: Vec<Slot>,
+    /// Weight bytes uploaded through staging since the last wait.
+    staged: u64,
 }
+
+/// Staging bytes in flight before `load_weight` waits for the uploads.
+const STAGING_FLUSH_BYTES: u64 = 256 << 20;
 
 /// The padded size of a buffer holding `bytes`.
 pub fn padded(bytes: u64) -> u64 {
@@ -92,6 +97,19 @@ impl Buffers {
             view.slice(n..).copy_from_slice(&[0u8; 8][..pad]);
         }
         buffer.unmap();
+        if !ctx.zero_copy {
+            // wgpu copies a mapped-at-creation buffer through a staging
+            // buffer that lives until the copy completes; flush and wait
+            // now and then so a model's worth of staging is never held.
+            ctx.queue.submit([]);
+            self.staged += bytes;
+            if self.staged > STAGING_FLUSH_BYTES {
+                self.staged = 0;
+                ctx.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| BackendError::DeviceLost(e.to_string()))?;
+            }
+        }
         Ok(self.push(buffer, name, bytes, dtype, rows, cols))
     }
 

@@ -1,11 +1,13 @@
-//! The contract's ops on the GPU: each checks shapes and types (a bad call
-//! is an error, never a panic or an out-of-bounds dispatch), packs its
-//! parameters and records one dispatch.
+//! The contract's ops on the GPU. Each runs the contract's shared shape and
+//! type checks (`cpu::check`, the same the CPU runs), then the kernels' own
+//! limits: a bad call is an error, never a panic or an out-of-bounds
+//! dispatch. Then it packs its parameters and records one dispatch.
 
+use crate::backend::cpu::check as contract;
 use crate::backend::{
     AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Stats, Tensor, WeightData,
 };
-use crate::quant::GgmlType::{self, F16, F32, I32};
+use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pipelines::{Elementwise, Kernel, WEIGHT_TYPES};
 use super::{GpuBackend, P, params};
@@ -17,7 +19,8 @@ const MATVEC_MAX_TOKENS: usize = 4;
 /// Largest head the attention kernel holds (4 dims per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
 
-fn check(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
+/// A limit of the GPU kernels beyond the contract.
+fn limit(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -28,12 +31,6 @@ fn check(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
     }
 }
 
-fn dtype(op: Op, t: Tensor, want: &[GgmlType], what: &str) -> Result<()> {
-    check(op, want.contains(&t.dtype), || {
-        format!("{what} is {}, expected one of {want:?}", t.dtype)
-    })
-}
-
 fn u(x: usize) -> P {
     // Tensors are capped below 4 GiB (buffers::max_tensor_bytes), so every
     // count and offset fits.
@@ -41,14 +38,19 @@ fn u(x: usize) -> P {
 }
 
 impl GpuBackend {
-    fn unsupported(&self, op: Op, dtype: GgmlType) -> BackendError {
-        BackendError::Unsupported {
-            backend: self.name(),
-            op,
-            dtype,
+    fn require(&self, op: Op, dtype: GgmlType) -> Result<()> {
+        if self.supports(op, dtype) {
+            Ok(())
+        } else {
+            Err(BackendError::Unsupported {
+                backend: self.name(),
+                op,
+                dtype,
+            })
         }
     }
 
+    /// The elementwise family; `b` is absent only for `scale`.
     fn elementwise(
         &mut self,
         op: Elementwise,
@@ -57,37 +59,10 @@ impl GpuBackend {
         s: f32,
         out: Tensor,
     ) -> Result<()> {
-        let cop = match op {
-            Elementwise::Add => Op::Add,
-            Elementwise::Mul => Op::Mul,
-            Elementwise::Scale => Op::Scale,
-            Elementwise::SiluMul => Op::SiluMul,
-            Elementwise::GeluMul => Op::GeluMul,
-        };
-        dtype(cop, a, &[F32], "input")?;
-        dtype(cop, out, &[F32], "output")?;
-        check(cop, out.rows == a.rows && out.cols == a.cols, || {
-            format!(
-                "output {}x{} for input {}x{}",
-                out.rows, out.cols, a.rows, a.cols
-            )
-        })?;
         let n = a.n_elements();
-        let mut b_len = n;
         let mut bound = vec![a, out];
+        let mut b_len = n;
         if let Some(b) = b {
-            dtype(cop, b, &[F32], "second input")?;
-            let broadcast = matches!(op, Elementwise::Add | Elementwise::Mul) && b.rows == 1;
-            check(
-                cop,
-                b.cols == a.cols && (b.rows == a.rows || broadcast),
-                || {
-                    format!(
-                        "second input {}x{} for {}x{}",
-                        b.rows, b.cols, a.rows, a.cols
-                    )
-                },
-            )?;
             b_len = b.n_elements();
             bound.push(b);
         }
@@ -152,19 +127,9 @@ impl Backend for GpuBackend {
     }
 
     fn get_rows(&mut self, table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
-        let op = Op::GetRows;
-        if !self.supports(op, table.dtype) {
-            return Err(self.unsupported(op, table.dtype));
-        }
-        dtype(op, ids, &[I32], "ids")?;
-        dtype(op, out, &[F32], "output")?;
+        self.require(Op::GetRows, table.dtype)?;
+        contract::get_rows(table, ids, out)?;
         let n = ids.n_elements();
-        check(op, out.rows == n && out.cols == table.cols, || {
-            format!(
-                "output {}x{} for {n} ids of {} columns",
-                out.rows, out.cols, table.cols
-            )
-        })?;
         let row_bytes = table.dtype.row_bytes(table.cols).unwrap_or(0);
         let per_row = if table.dtype.is_quantized() {
             table.cols / 8
@@ -181,24 +146,16 @@ impl Backend for GpuBackend {
 
     fn set_rows(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
         let op = Op::SetRows;
-        if !self.supports(op, dst.dtype) {
-            return Err(self.unsupported(op, dst.dtype));
-        }
-        dtype(op, src, &[F32], "source")?;
-        dtype(op, ids, &[I32], "ids")?;
-        let n = ids.n_elements();
-        check(op, src.rows == n && src.cols == dst.cols, || {
-            format!(
-                "source {}x{} for {n} ids into {} columns",
-                src.rows, src.cols, dst.cols
-            )
-        })?;
-        check(op, dst.dtype == F32 || dst.cols.is_multiple_of(2), || {
+        self.require(op, dst.dtype)?;
+        contract::set_rows(src, ids, dst)?;
+        // Each invocation writes one whole u32 word of an F16 row.
+        limit(op, dst.dtype == F32 || dst.cols.is_multiple_of(2), || {
             format!(
                 "an F16 destination needs an even row length, not {}",
                 dst.cols
             )
         })?;
+        let n = ids.n_elements();
         let per_row = if dst.dtype == F16 {
             dst.cols / 2
         } else {
@@ -213,23 +170,9 @@ impl Backend for GpuBackend {
     }
 
     fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
-        let op = Op::RmsNorm;
-        dtype(op, x, &[F32], "input")?;
-        dtype(op, out, &[F32], "output")?;
-        check(op, out.rows == x.rows && out.cols == x.cols, || {
-            format!(
-                "output {}x{} for input {}x{}",
-                out.rows, out.cols, x.rows, x.cols
-            )
-        })?;
+        contract::rms_norm(x, weight, out)?;
         let mut bound = vec![x, out];
-        if let Some(w) = weight {
-            dtype(op, w, &[F32], "weight")?;
-            check(op, w.n_elements() == x.cols, || {
-                format!("weight of {} values for rows of {}", w.n_elements(), x.cols)
-            })?;
-            bound.push(w);
-        }
+        bound.extend(weight);
         self.run(
             Kernel::RmsNorm {
                 weight: weight.is_some(),
@@ -242,47 +185,20 @@ impl Backend for GpuBackend {
 
     fn rope(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
         let op = Op::Rope;
-        dtype(op, x, &[F32], "input")?;
-        dtype(op, out, &[F32], "output")?;
-        dtype(op, pos, &[I32], "positions")?;
-        check(op, x.cols == p.n_heads * p.head_dim, || {
-            format!(
-                "rows of {} for {} heads of {}",
-                x.cols, p.n_heads, p.head_dim
-            )
-        })?;
-        check(op, out.rows == x.rows && out.cols == x.cols, || {
-            format!(
-                "output {}x{} for input {}x{}",
-                out.rows, out.cols, x.rows, x.cols
-            )
-        })?;
-        check(op, pos.n_elements() == x.rows, || {
-            format!("{} positions for {} rows", pos.n_elements(), x.rows)
-        })?;
-        check(
+        contract::rope(x, pos, p, out)?;
+        // One invocation per pair of values.
+        limit(
             op,
-            p.head_dim.is_multiple_of(2) && p.n_dims.is_multiple_of(2) && p.n_dims <= p.head_dim,
+            p.head_dim.is_multiple_of(2) && p.n_dims.is_multiple_of(2),
             || {
                 format!(
-                    "n_dims {} and head_dim {} must be even, n_dims <= head_dim",
+                    "n_dims {} and head_dim {} must be even",
                     p.n_dims, p.head_dim
                 )
             },
         )?;
-        let ff = match p.freq_factors {
-            Some(f) => {
-                dtype(op, f, &[F32], "freq_factors")?;
-                check(op, f.n_elements() >= p.n_dims / 2, || {
-                    format!("{} freq_factors for {} pairs", f.n_elements(), p.n_dims / 2)
-                })?;
-                f
-            }
-            None => self.dummy,
-        };
-        let kernel = Kernel::Rope(p.mode);
         self.run(
-            kernel,
+            Kernel::Rope(p.mode),
             params(&[
                 u(x.rows),
                 u(p.n_heads),
@@ -292,36 +208,23 @@ impl Backend for GpuBackend {
                 P::F(p.freq_scale),
                 u(usize::from(p.freq_factors.is_some())),
             ]),
-            &[x, pos, out, ff],
+            &[x, pos, out, p.freq_factors.unwrap_or(self.dummy)],
             (x.rows * p.n_heads * p.head_dim / 2).div_ceil(64) as u64,
         )
     }
 
     fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
-        let op = Op::MatMul;
-        if !self.supports(op, w.dtype) {
-            return Err(self.unsupported(op, w.dtype));
-        }
-        dtype(op, x, &[F32], "input")?;
-        dtype(op, out, &[F32], "output")?;
-        check(
-            op,
-            x.cols == w.cols && out.rows == x.rows && out.cols == w.rows,
-            || {
-                format!(
-                    "weight {}x{}, input {}x{}, output {}x{}",
-                    w.rows, w.cols, x.rows, x.cols, out.rows, out.cols
-                )
-            },
-        )?;
+        self.require(Op::MatMul, w.dtype)?;
+        contract::matmul(w, x, out)?;
         let (m, k, n) = (w.rows, w.cols, x.rows);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
         if n <= MATVEC_MAX_TOKENS {
+            let blocks = m.div_ceil(4);
             self.run(
                 Kernel::MatVec(w.dtype),
-                params(&[u(m), u(k), u(n), u(row_bytes)]),
+                params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
                 &[w, x, out],
-                (m * n) as u64,
+                (blocks * n) as u64,
             )
         } else {
             let tiles_m = m.div_ceil(64);
@@ -345,66 +248,20 @@ impl Backend for GpuBackend {
         out: Tensor,
     ) -> Result<()> {
         let op = Op::Attention;
-        if !self.supports(op, k_cache.dtype) {
-            return Err(self.unsupported(op, k_cache.dtype));
-        }
-        dtype(op, q, &[F32], "queries")?;
-        dtype(op, out, &[F32], "output")?;
-        dtype(op, pos, &[I32], "positions")?;
-        dtype(op, seq, &[I32], "slots")?;
-        check(op, v_cache.dtype == k_cache.dtype, || {
+        self.require(op, k_cache.dtype)?;
+        contract::attention(q, k_cache, v_cache, pos, seq, p, out)?;
+        limit(op, k_cache.dtype == v_cache.dtype, || {
             format!("K cache {} and V cache {}", k_cache.dtype, v_cache.dtype)
         })?;
-        check(
-            op,
-            p.n_kv_heads > 0 && p.n_heads.is_multiple_of(p.n_kv_heads) && p.head_dim > 0,
-            || format!("{} heads over {} KV heads", p.n_heads, p.n_kv_heads),
-        )?;
-        check(
+        // Output dims are spread 4 per invocation; f16 caches are read in
+        // pairs.
+        limit(
             op,
             p.head_dim <= MAX_HEAD_DIM && p.head_dim.is_multiple_of(2),
             || {
                 format!(
                     "head_dim {} (the GPU kernel takes even sizes up to {MAX_HEAD_DIM})",
                     p.head_dim
-                )
-            },
-        )?;
-        check(
-            op,
-            q.cols == p.n_heads * p.head_dim && out.rows == q.rows && out.cols == q.cols,
-            || {
-                format!(
-                    "queries {}x{}, output {}x{} for {} heads of {}",
-                    q.rows, q.cols, out.rows, out.cols, p.n_heads, p.head_dim
-                )
-            },
-        )?;
-        let kv_cols = p.n_kv_heads * p.head_dim;
-        check(
-            op,
-            k_cache.cols == kv_cols
-                && v_cache.cols == kv_cols
-                && p.ctx > 0
-                && k_cache.rows >= p.ctx
-                && k_cache.rows.is_multiple_of(p.ctx)
-                && v_cache.rows == k_cache.rows,
-            || {
-                format!(
-                    "caches {}x{} and {}x{} for ctx {} and {} KV columns",
-                    k_cache.rows, k_cache.cols, v_cache.rows, v_cache.cols, p.ctx, kv_cols
-                )
-            },
-        )?;
-        check(
-            op,
-            pos.n_elements() == q.rows && seq.n_elements() == q.rows,
-            || {
-                format!(
-                    "{} positions and {} slots for {} rows",
-                    pos.n_elements(),
-                    seq.n_elements(),
-                    q.rows
                 )
             },
         )?;
@@ -427,35 +284,32 @@ impl Backend for GpuBackend {
     }
 
     fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        contract::binary(Op::Add, a, b, out)?;
         self.elementwise(Elementwise::Add, a, Some(b), 0.0, out)
     }
 
     fn mul(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        contract::binary(Op::Mul, a, b, out)?;
         self.elementwise(Elementwise::Mul, a, Some(b), 0.0, out)
     }
 
     fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()> {
+        contract::scale(x, out)?;
         self.elementwise(Elementwise::Scale, x, None, s, out)
     }
 
     fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        contract::glu(Op::SiluMul, gate, up, out)?;
         self.elementwise(Elementwise::SiluMul, gate, Some(up), 0.0, out)
     }
 
     fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        contract::glu(Op::GeluMul, gate, up, out)?;
         self.elementwise(Elementwise::GeluMul, gate, Some(up), 0.0, out)
     }
 
     fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
-        let op = Op::Softmax;
-        dtype(op, x, &[F32], "input")?;
-        dtype(op, out, &[F32], "output")?;
-        check(op, out.rows == x.rows && out.cols == x.cols, || {
-            format!(
-                "output {}x{} for input {}x{}",
-                out.rows, out.cols, x.rows, x.cols
-            )
-        })?;
+        contract::softmax(x, out)?;
         self.run(
             Kernel::Softmax,
             params(&[u(x.rows), u(x.cols)]),
@@ -465,17 +319,8 @@ impl Backend for GpuBackend {
     }
 
     fn argmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
-        let op = Op::Argmax;
-        dtype(op, x, &[F32], "input")?;
-        dtype(op, out, &[I32], "output")?;
-        check(op, out.n_elements() == x.rows && x.cols > 0, || {
-            format!(
-                "{} outputs for {} rows of {}",
-                out.n_elements(),
-                x.rows,
-                x.cols
-            )
-        })?;
+        contract::argmax(x, out)?;
+        limit(Op::Argmax, x.cols > 0, || "rows of 0 values".into())?;
         self.run(
             Kernel::Argmax,
             params(&[u(x.rows), u(x.cols)]),
@@ -485,15 +330,7 @@ impl Backend for GpuBackend {
     }
 
     fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()> {
-        let op = Op::Copy;
-        dtype(op, src, &[F32, F16], "source")?;
-        dtype(op, dst, &[F32, F16], "destination")?;
-        check(op, src.rows == dst.rows && src.cols == dst.cols, || {
-            format!(
-                "source {}x{}, destination {}x{}",
-                src.rows, src.cols, dst.rows, dst.cols
-            )
-        })?;
+        contract::copy(src, dst)?;
         let n = src.n_elements();
         let threads = if dst.dtype == F16 { n.div_ceil(2) } else { n };
         self.run(

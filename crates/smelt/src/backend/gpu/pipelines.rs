@@ -177,6 +177,7 @@ impl Kernel {
                     Kernel::GetRows(_) => parts.push(src::GET_ROWS),
                     Kernel::MatVec(_) => {
                         wg = WG_MATVEC;
+                        def("REDUCE4");
                         parts.extend([src::REDUCE, src::MATVEC]);
                     }
                     _ => parts.push(src::MATMUL),

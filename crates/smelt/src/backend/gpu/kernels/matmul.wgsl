@@ -2,7 +2,9 @@
 // Each workgroup computes a 64 (rows of w) × 64 (tokens) tile of out,
 // stepping k by 32: the weight tile is decoded from its GGUF blocks into
 // workgroup memory once per step (one group of 8 values per invocation),
-// then every invocation accumulates a 4 × 4 block in registers.
+// then every invocation accumulates a 4 × 4 block in registers. Tiles are
+// stored as vec4s along rows and tokens, so the inner loop does two vec4
+// loads per four vec4 multiply-adds.
 //
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m.
 
@@ -14,8 +16,8 @@ const TM: u32 = 64u;
 const TN: u32 = 64u;
 const TK: u32 = 32u;
 
-var<workgroup> ws: array<f32, 2048>; // (TM, TK)
-var<workgroup> xs: array<f32, 2048>; // (TN, TK)
+var<workgroup> ws: array<vec4<f32>, 512>; // (TK, TM / 4): rows 4i..4i+4 at column kk
+var<workgroup> xs: array<vec4<f32>, 512>; // (TK, TN / 4): tokens 4j..4j+4 at column kk
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -32,18 +34,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     // This invocation's 4 × 4 block: rows r0 + 4*ty.., tokens t0 + 4*tx..
     let tx = lid % 16u;
     let ty = lid / 16u;
+    // What it loads: 8 values (columns wc..wc+8) of tile row/token lid / 4.
+    let lr = lid / 4u;
+    let wc = (lid % 4u) * 8u;
+    let wr = r0 + lr;
+    let xt = t0 + lr;
     var acc: array<vec4<f32>, 4>;
     for (var k0 = 0u; k0 < k; k0 += TK) {
-        // Weight tile: invocation lid decodes 8 values of row lid / 4.
-        let wr = r0 + lid / 4u;
-        let wc = (lid % 4u) * 8u;
 #ifdef PLAIN
         for (var e = 0u; e < 8u; e++) {
             var v = 0.0;
             if (wr < m && k0 + wc + e < k) {
                 v = dq1(wr * row_bytes, k0 + wc + e);
             }
-            ws[(lid / 4u) * TK + wc + e] = v;
+            ws[(wc + e) * 16u + lr / 4u][lr % 4u] = v;
         }
 #else
         var v = V8(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -51,30 +55,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             v = dq8(wr * row_bytes, (k0 + wc) / 8u);
         }
         for (var e = 0u; e < 4u; e++) {
-            ws[(lid / 4u) * TK + wc + e] = v.a[e];
-            ws[(lid / 4u) * TK + wc + 4u + e] = v.b[e];
+            ws[(wc + e) * 16u + lr / 4u][lr % 4u] = v.a[e];
+            ws[(wc + 4u + e) * 16u + lr / 4u][lr % 4u] = v.b[e];
         }
 #endif
-        // Activation tile: 8 values of token lid / 4.
-        let xt = t0 + lid / 4u;
         for (var e = 0u; e < 8u; e++) {
             var v = 0.0;
             if (xt < n && k0 + wc + e < k) {
                 v = x[xt * k + k0 + wc + e];
             }
-            xs[(lid / 4u) * TK + wc + e] = v;
+            xs[(wc + e) * 16u + lr / 4u][lr % 4u] = v;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            let a = vec4<f32>(
-                ws[(4u * ty) * TK + kk],
-                ws[(4u * ty + 1u) * TK + kk],
-                ws[(4u * ty + 2u) * TK + kk],
-                ws[(4u * ty + 3u) * TK + kk],
-            );
-            for (var j = 0u; j < 4u; j++) {
-                acc[j] += a * xs[(4u * tx + j) * TK + kk];
-            }
+            let a = ws[kk * 16u + ty];
+            let b = xs[kk * 16u + tx];
+            acc[0] += a * b.x;
+            acc[1] += a * b.y;
+            acc[2] += a * b.z;
+            acc[3] += a * b.w;
         }
         workgroupBarrier();
     }
