@@ -1,1 +1,387 @@
-//! Model architectures, written once against the backend contract.
+//! Model architectures, written once against the backend contract, and the
+//! session that runs them: KV cache, activation buffers and batches.
+//!
+//! ```text
+//! Model::load(gguf, backend) ──▶ Session::new(model, params) ──▶ session.decode(&batch) ──▶ logits
+//! ```
+//!
+//! A [`Batch`] is a set of rows, each a token at a position of a sequence
+//! slot, so several sequences can share one forward pass (continuous
+//! batching). A batch of any length is run in chunks of `n_batch` rows; only
+//! the rows that ask for logits go through the output projection.
+
+pub mod config;
+pub mod kv_cache;
+pub mod llama;
+
+use crate::backend::{Backend, BackendError, BackendExt};
+use crate::gguf::{GgufError, GgufFile};
+use crate::quant::GgmlType;
+pub use config::{Arch, Config, SUPPORTED_ARCHS};
+use kv_cache::KvCache;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("unsupported architecture {arch:?} (supported: {supported})")]
+    UnsupportedArch { arch: String, supported: String },
+    #[error("metadata key {key:?} {reason}")]
+    BadConfig { key: String, reason: String },
+    #[error("tensor {name:?} is missing")]
+    MissingTensor { name: String },
+    #[error("tensor {name:?} has dims {found:?}, expected {expected:?}")]
+    TensorShape {
+        name: String,
+        expected: Vec<u64>,
+        found: Vec<u64>,
+    },
+    #[error("tensor {name:?} is {dtype}, which the {backend} backend cannot run")]
+    UnsupportedType {
+        name: String,
+        dtype: GgmlType,
+        backend: String,
+    },
+    #[error("{needed} positions do not fit the context of {n_ctx}")]
+    ContextFull { needed: usize, n_ctx: usize },
+    #[error("{0}")]
+    Param(String),
+}
+
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;
+
+enum Weights {
+    Llama(llama::Weights),
+}
+
+/// A model's config and weights, loaded into a backend.
+pub struct Model {
+    config: Config,
+    weights: Weights,
+    backend: Box<dyn Backend>,
+    /// Parameters and bytes of the file's tensors (llama-bench's "params"
+    /// and "size").
+    pub n_params: u64,
+    pub n_bytes: u64,
+}
+
+impl Model {
+    /// Reads the config and loads every weight into `backend` (zero-copy on
+    /// the CPU). `progress(done, total)` counts weight bytes.
+    pub fn load(
+        file: &GgufFile,
+        mut backend: Box<dyn Backend>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model> {
+        let config = Config::from_gguf(file)?;
+        let n_bytes: u64 = file.tensors.iter().map(|t| t.size).sum();
+        let n_params: u64 = file.tensors.iter().map(|t| t.n_elements()).sum();
+        let mut loader = llama::Loader {
+            file,
+            backend: backend.as_mut(),
+            progress,
+            done: 0,
+            total: n_bytes,
+        };
+        let weights = match config.arch {
+            Arch::Llama => Weights::Llama(llama::Weights::load(&config, &mut loader)?),
+        };
+        Ok(Model {
+            config,
+            weights,
+            backend,
+            n_params,
+            n_bytes,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn backend_name(&self) -> String {
+        self.backend.name()
+    }
+}
+
+/// How a session sizes its buffers.
+#[derive(Clone, Debug)]
+pub struct SessionParams {
+    /// Positions per sequence slot; `None` takes the model's context length,
+    /// capped at [`DEFAULT_MAX_CTX`].
+    pub n_ctx: Option<usize>,
+    /// Sequence slots sharing the cache.
+    pub n_slots: usize,
+    /// Rows per forward pass; longer batches run in chunks of this.
+    pub n_batch: usize,
+    /// Most rows that may ask for logits in one `decode` call.
+    pub n_outputs: usize,
+    /// KV cache type, F16 (llama.cpp's default) or F32.
+    pub kv_type: GgmlType,
+}
+
+/// The default context when none is asked for: the model's, up to this.
+pub const DEFAULT_MAX_CTX: usize = 4096;
+
+impl Default for SessionParams {
+    fn default() -> Self {
+        Self {
+            n_ctx: None,
+            n_slots: 1,
+            n_batch: 512,
+            n_outputs: 1,
+            kv_type: GgmlType::F16,
+        }
+    }
+}
+
+/// One row of a batch: `token` at position `pos` of slot `seq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchRow {
+    pub token: u32,
+    pub pos: usize,
+    pub seq: usize,
+    /// Whether `decode` returns this row's logits.
+    pub logits: bool,
+}
+
+/// Rows for one `decode` call.
+#[derive(Clone, Debug, Default)]
+pub struct Batch {
+    pub rows: Vec<BatchRow>,
+}
+
+impl Batch {
+    /// `tokens` at positions `start..` of slot `seq`, with logits for the
+    /// last row only: a prompt, or one decoded token.
+    pub fn sequence(tokens: &[u32], start: usize, seq: usize) -> Batch {
+        let n = tokens.len();
+        Batch {
+            rows: (0..n)
+                .map(|i| BatchRow {
+                    token: tokens[i],
+                    pos: start + i,
+                    seq,
+                    logits: i + 1 == n,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn push(&mut self, token: u32, pos: usize, seq: usize, logits: bool) {
+        self.rows.push(BatchRow {
+            token,
+            pos,
+            seq,
+            logits,
+        });
+    }
+}
+
+/// A model with its KV cache and activation buffers: everything a forward
+/// pass needs, allocated once.
+pub struct Session {
+    model: Model,
+    params: SessionParams,
+    n_ctx: usize,
+    cache: KvCache,
+    act: llama::Activations,
+    /// Host staging, reused: per-chunk indices and all outputs' logits.
+    staging: [Vec<i32>; 5],
+    logits: Vec<f32>,
+}
+
+impl Session {
+    pub fn new(mut model: Model, params: SessionParams) -> Result<Session> {
+        let c = model.config.clone();
+        let n_ctx = match params.n_ctx {
+            Some(n) if n > c.n_ctx_train => {
+                return Err(ModelError::Param(format!(
+                    "a context of {n} exceeds the model's context length {}",
+                    c.n_ctx_train
+                )));
+            }
+            Some(0) => return Err(ModelError::Param("a context of 0".into())),
+            Some(n) => n,
+            None => c.n_ctx_train.min(DEFAULT_MAX_CTX),
+        };
+        if params.n_slots == 0 || params.n_batch == 0 || params.n_outputs == 0 {
+            return Err(ModelError::Param(format!(
+                "slots ({}), batch ({}) and outputs ({}) must be positive",
+                params.n_slots, params.n_batch, params.n_outputs
+            )));
+        }
+        let b = model.backend.as_mut();
+        let cache = KvCache::new(
+            b,
+            c.n_layer,
+            c.kv_dim(),
+            n_ctx,
+            params.n_slots,
+            params.kv_type,
+        )?;
+        let act = llama::Activations::new(&c, b, params.n_batch, params.n_outputs)?;
+        Ok(Session {
+            model,
+            params,
+            n_ctx,
+            cache,
+            act,
+            staging: Default::default(),
+            logits: Vec::new(),
+        })
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.model.config
+    }
+
+    /// Positions per slot.
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    pub fn params(&self) -> &SessionParams {
+        &self.params
+    }
+
+    /// Valid positions of `slot`.
+    pub fn slot_len(&self, slot: usize) -> usize {
+        self.cache.len(slot)
+    }
+
+    /// Forgets positions `len..` of `slot`; 0 clears it.
+    pub fn truncate(&mut self, slot: usize, len: usize) {
+        self.cache.truncate(slot, len);
+    }
+
+    /// Runs the batch and returns the logits of the rows that asked for
+    /// them, in row order: `n_outputs × n_vocab` values.
+    ///
+    /// Each slot's rows must be consecutive positions, starting at most at
+    /// the slot's current length (continuing it or rewinding it).
+    pub fn decode(&mut self, batch: &Batch) -> Result<&[f32]> {
+        let spans = self.check(batch)?;
+        let vocab = self.model.config.n_vocab;
+        let n_out_total = batch.rows.iter().filter(|r| r.logits).count();
+        self.logits.resize(n_out_total * vocab, 0.0);
+        let mut out_done = 0;
+        for chunk in batch.rows.chunks(self.params.n_batch) {
+            if let Err(e) = self.run_chunk(chunk, out_done) {
+                // What this batch wrote is unknown now; what came before
+                // its first position of each slot is intact.
+                for (slot, &(first, _)) in spans
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(s, v)| Some((s, v.as_ref()?)))
+                {
+                    self.cache.truncate(slot, first);
+                }
+                return Err(e);
+            }
+            out_done += chunk.iter().filter(|r| r.logits).count();
+        }
+        for (slot, span) in spans.iter().enumerate() {
+            if let Some((_, last)) = *span {
+                self.cache.commit(slot, last);
+            }
+        }
+        Ok(&self.logits)
+    }
+
+    /// Checks a batch against the vocabulary, the slots and the context;
+    /// returns each slot's `(first, last)` position in it.
+    fn check(&self, batch: &Batch) -> Result<Vec<Option<(usize, usize)>>> {
+        if batch.rows.is_empty() {
+            return Err(ModelError::Param("an empty batch".into()));
+        }
+        let n_out = batch.rows.iter().filter(|r| r.logits).count();
+        if n_out > self.params.n_outputs {
+            return Err(ModelError::Param(format!(
+                "{n_out} rows ask for logits; the session allows {}",
+                self.params.n_outputs
+            )));
+        }
+        let vocab = self.model.config.n_vocab;
+        // Per slot: (first, last) position seen so far in this batch.
+        let mut spans: Vec<Option<(usize, usize)>> = vec![None; self.cache.n_slots];
+        for r in &batch.rows {
+            if r.token as usize >= vocab {
+                return Err(ModelError::Param(format!(
+                    "token {} is outside the vocabulary of {vocab}",
+                    r.token
+                )));
+            }
+            let span = spans.get_mut(r.seq).ok_or_else(|| {
+                ModelError::Param(format!(
+                    "sequence slot {} outside 0..{}",
+                    r.seq, self.cache.n_slots
+                ))
+            })?;
+            *span = match *span {
+                None => Some((r.pos, r.pos)),
+                Some((first, last)) if r.pos == last + 1 => Some((first, r.pos)),
+                Some((_, last)) => {
+                    return Err(ModelError::Param(format!(
+                        "slot {}: position {} follows {last}; positions must be consecutive",
+                        r.seq, r.pos
+                    )));
+                }
+            };
+        }
+        for (slot, span) in spans.iter().enumerate() {
+            if let Some((first, last)) = *span {
+                self.cache.check_span(slot, first, last)?;
+            }
+        }
+        Ok(spans)
+    }
+
+    /// One forward pass of at most `n_batch` rows; its outputs' logits go
+    /// to `self.logits` from output row `out_done` on.
+    fn run_chunk(&mut self, rows: &[BatchRow], out_done: usize) -> Result<()> {
+        let [tokens, pos, seq, kv_rows, out_ids] = &mut self.staging;
+        for v in [
+            &mut *tokens,
+            &mut *pos,
+            &mut *seq,
+            &mut *kv_rows,
+            &mut *out_ids,
+        ] {
+            v.clear();
+        }
+        // Every value was checked against the vocabulary and the context,
+        // which are far below i32::MAX.
+        for (i, r) in rows.iter().enumerate() {
+            tokens.push(r.token as i32);
+            pos.push(r.pos as i32);
+            seq.push(r.seq as i32);
+            kv_rows.push((r.seq * self.n_ctx + r.pos) as i32);
+            if r.logits {
+                out_ids.push(i as i32);
+            }
+        }
+        let (n, n_out) = (rows.len(), out_ids.len());
+        let b = self.model.backend.as_mut();
+        let a = &self.act;
+        b.write_i32(a.tokens, tokens)?;
+        b.write_i32(a.pos, pos)?;
+        b.write_i32(a.seq, seq)?;
+        b.write_i32(a.kv_rows, kv_rows)?;
+        b.write_i32(a.out_ids, out_ids)?;
+        let Weights::Llama(w) = &self.model.weights;
+        llama::forward(b, &self.model.config, w, &self.cache, a, n, n_out)?;
+        if n_out > 0 {
+            let vocab = self.model.config.n_vocab;
+            let dst = &mut self.logits[out_done * vocab..(out_done + n_out) * vocab];
+            b.read(a.logits.with_rows(n_out), bytemuck::cast_slice_mut(dst))?;
+        }
+        Ok(())
+    }
+}

@@ -1,12 +1,22 @@
 //! The CPU backend: the plain reference ops, and the fast multithreaded ones
 //! checked against them.
 //!
-//! [`CpuBackend::reference`] runs every op with the loops of
-//! [`reference`]: the oracle for every other backend. Ops execute at once;
-//! there is nothing to record or submit.
+//! - [`CpuBackend::reference`] runs every op with the loops of
+//!   [`reference`]: the oracle for every other backend.
+//! - [`CpuBackend::new`] runs them on one persistent thread pool with
+//!   vectorized kernels ([`fast`], `matmul`, `attention`), weights kept in
+//!   their GGUF type.
+//!
+//! Ops execute at once; there is nothing to record or submit.
 
+mod attention;
 pub mod check;
+mod fast;
+mod matmul;
+mod pool;
+mod q8;
 pub mod reference;
+mod simd;
 mod store;
 
 use super::{
@@ -19,6 +29,8 @@ use store::{OutBuf, Store};
 /// The CPU backend.
 pub struct CpuBackend {
     store: Store,
+    /// The fast ops; `None` runs the reference ops.
+    fast: Option<fast::Fast>,
     /// Reference-op scratch: one dequantized weight row, one row's scores.
     row: Vec<f32>,
     probs: Vec<f64>,
@@ -29,9 +41,26 @@ impl CpuBackend {
     pub fn reference() -> Self {
         Self {
             store: Store::default(),
+            fast: None,
             row: Vec::new(),
             probs: Vec::new(),
         }
+    }
+
+    /// The fast backend on a pool of `n_threads` threads (the caller's
+    /// included).
+    pub fn new(n_threads: usize) -> Result<Self> {
+        let fast = fast::Fast::new(n_threads)
+            .map_err(|e| BackendError::Other(format!("cannot start CPU threads: {e}")))?;
+        Ok(Self {
+            fast: Some(fast),
+            ..Self::reference()
+        })
+    }
+
+    /// Threads the backend computes on.
+    pub fn n_threads(&self) -> usize {
+        self.fast.as_ref().map_or(1, |f| f.n_threads())
     }
 
     /// Runs `f` with `out` taken out of the store, putting it back after.
@@ -45,13 +74,13 @@ impl CpuBackend {
         self.store.put(buf);
         r
     }
+}
 
-    fn rows(&self, t: Tensor) -> Result<Rows<'_>> {
-        Ok(match t.dtype {
-            GgmlType::F16 => Rows::F16(self.store.f16(t)?),
-            _ => Rows::F32(self.store.f32(t)?),
-        })
-    }
+fn rows(store: &Store, t: Tensor) -> Result<Rows<'_>> {
+    Ok(match t.dtype {
+        GgmlType::F16 => Rows::F16(store.f16(t)?),
+        _ => Rows::F32(store.f32(t)?),
+    })
 }
 
 fn rows_mut(buf: &mut OutBuf, t: Tensor) -> RowsMut<'_> {
@@ -71,7 +100,10 @@ fn can_dequantize(dtype: GgmlType) -> bool {
 
 impl Backend for CpuBackend {
     fn name(&self) -> String {
-        "cpu-ref".into()
+        match self.fast {
+            Some(_) => "cpu".into(),
+            None => "cpu-ref".into(),
+        }
     }
 
     fn caps(&self) -> Caps {
@@ -84,7 +116,9 @@ impl Backend for CpuBackend {
 
     fn supports(&self, op: Op, dtype: GgmlType) -> bool {
         match op {
-            Op::GetRows | Op::MatMul => can_dequantize(dtype),
+            Op::GetRows | Op::MatMul => {
+                (self.fast.is_some() && matmul::has_decoder(dtype)) || can_dequantize(dtype)
+            }
             Op::SetRows | Op::Attention | Op::Copy => {
                 matches!(dtype, GgmlType::F32 | GgmlType::F16)
             }
@@ -150,7 +184,10 @@ impl Backend for CpuBackend {
         check::get_rows(table, ids, out)?;
         self.with_out(out, |b, o| {
             let (t, i) = (b.store.bytes(table)?, b.store.i32(ids)?);
-            reference::get_rows(t, table.dtype, table.cols, i, o.f32(out))
+            match &mut b.fast {
+                Some(f) => f.get_rows(t, table.dtype, table.cols, i, o.f32(out)),
+                None => reference::get_rows(t, table.dtype, table.cols, i, o.f32(out)),
+            }
         })
     }
 
@@ -158,7 +195,10 @@ impl Backend for CpuBackend {
         check::set_rows(src, ids, dst)?;
         self.with_out(dst, |b, o| {
             let (s, i) = (b.store.f32(src)?, b.store.i32(ids)?);
-            reference::set_rows(s, src.cols, i, rows_mut(o, dst))
+            match &mut b.fast {
+                Some(f) => f.set_rows(s, src.cols, i, rows_mut(o, dst)),
+                None => reference::set_rows(s, src.cols, i, rows_mut(o, dst)),
+            }
         })
     }
 
@@ -167,7 +207,10 @@ impl Backend for CpuBackend {
         self.with_out(out, |b, o| {
             let xs = b.store.f32(x)?;
             let w = weight.map(|w| b.store.f32(w)).transpose()?;
-            reference::rms_norm(xs, x.cols, w, eps, o.f32(out));
+            match &mut b.fast {
+                Some(f) => f.rms_norm(xs, x.cols, w, eps, o.f32(out)),
+                None => reference::rms_norm(xs, x.cols, w, eps, o.f32(out)),
+            }
             Ok(())
         })
     }
@@ -182,7 +225,10 @@ impl Backend for CpuBackend {
             } else {
                 Some(b.store.f32(x)?)
             };
-            reference::rope(src, o.f32(out), ps, p, factors);
+            match &mut b.fast {
+                Some(f) => f.rope(src, o.f32(out), ps, p, factors),
+                None => reference::rope(src, o.f32(out), ps, p, factors),
+            }
             Ok(())
         })
     }
@@ -197,13 +243,11 @@ impl Backend for CpuBackend {
             });
         }
         self.with_out(out, |b, o| {
-            let mut row = std::mem::take(&mut b.row);
-            let r = (|| {
-                let (ws, xs) = (b.store.bytes(w)?, b.store.f32(x)?);
-                reference::matmul(ws, w.dtype, w.cols, xs, o.f32(out), &mut row)
-            })();
-            b.row = row;
-            r
+            let (ws, xs) = (b.store.bytes(w)?, b.store.f32(x)?);
+            match &mut b.fast {
+                Some(f) => f.matmul(ws, w.dtype, w.cols, xs, o.f32(out)),
+                None => reference::matmul(ws, w.dtype, w.cols, xs, o.f32(out), &mut b.row),
+            }
         })
     }
 
@@ -219,14 +263,13 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         check::attention(q, k_cache, v_cache, pos, seq, p, out)?;
         self.with_out(out, |b, o| {
-            let mut probs = std::mem::take(&mut b.probs);
-            let r = (|| {
-                let (qs, ps, ss) = (b.store.f32(q)?, b.store.i32(pos)?, b.store.i32(seq)?);
-                let (k, v) = (b.rows(k_cache)?, b.rows(v_cache)?);
-                reference::attention(qs, k, v, k_cache.rows, ps, ss, p, o.f32(out), &mut probs)
-            })();
-            b.probs = probs;
-            r
+            let (qs, ps, ss) = (b.store.f32(q)?, b.store.i32(pos)?, b.store.i32(seq)?);
+            let (k, v) = (rows(&b.store, k_cache)?, rows(&b.store, v_cache)?);
+            let n_rows = k_cache.rows;
+            match &mut b.fast {
+                Some(f) => f.attention(qs, k, v, n_rows, ps, ss, p, o.f32(out)),
+                None => reference::attention(qs, k, v, n_rows, ps, ss, p, o.f32(out), &mut b.probs),
+            }
         })
     }
 
@@ -247,35 +290,30 @@ impl Backend for CpuBackend {
                 Some(b.store.f32(x)?)
             };
             let o = o.f32(out);
-            for i in 0..o.len() {
-                o[i] = src.map_or(o[i], |v| v[i]) * s;
+            match src {
+                Some(v) => o.iter_mut().zip(v).for_each(|(o, &v)| *o = v * s),
+                None => o.iter_mut().for_each(|o| *o *= s),
             }
             Ok(())
         })
     }
 
     fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
-        check::glu(Op::SiluMul, gate, up, out)?;
-        self.with_out(out, |b, o| {
-            let (g, u) = (b.store.f32(gate)?, b.store.f32(up)?);
-            reference::glu(g, u, o.f32(out), reference::silu);
-            Ok(())
-        })
+        self.glu(Op::SiluMul, gate, up, out)
     }
 
     fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
-        check::glu(Op::GeluMul, gate, up, out)?;
-        self.with_out(out, |b, o| {
-            let (g, u) = (b.store.f32(gate)?, b.store.f32(up)?);
-            reference::glu(g, u, o.f32(out), reference::gelu);
-            Ok(())
-        })
+        self.glu(Op::GeluMul, gate, up, out)
     }
 
     fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
         check::softmax(x, out)?;
         self.with_out(out, |b, o| {
-            reference::softmax(b.store.f32(x)?, x.cols, o.f32(out));
+            let xs = b.store.f32(x)?;
+            match &mut b.fast {
+                Some(f) => f.softmax(xs, x.cols, o.f32(out)),
+                None => reference::softmax(xs, x.cols, o.f32(out)),
+            }
             Ok(())
         })
     }
@@ -291,13 +329,31 @@ impl Backend for CpuBackend {
     fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()> {
         check::copy(src, dst)?;
         self.with_out(dst, |b, o| {
-            reference::copy(b.rows(src)?, rows_mut(o, dst));
+            let s = rows(&b.store, src)?;
+            match &mut b.fast {
+                Some(f) => f.copy(s, rows_mut(o, dst)),
+                None => reference::copy(s, rows_mut(o, dst)),
+            }
             Ok(())
         })
     }
 }
 
 impl CpuBackend {
+    fn glu(&mut self, op: Op, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        check::glu(op, gate, up, out)?;
+        let gelu = op == Op::GeluMul;
+        self.with_out(out, |b, o| {
+            let (g, u) = (b.store.f32(gate)?, b.store.f32(up)?);
+            match &mut b.fast {
+                Some(f) => f.glu(g, u, gate.cols, o.f32(out), gelu),
+                None if gelu => reference::glu(g, u, o.f32(out), reference::gelu),
+                None => reference::glu(g, u, o.f32(out), reference::silu),
+            }
+            Ok(())
+        })
+    }
+
     fn binary(
         &mut self,
         op: Op,
@@ -313,7 +369,11 @@ impl CpuBackend {
             } else {
                 Some(b.store.f32(a)?)
             };
-            reference::binary(src, b.store.f32(bt)?, o.f32(out), f);
+            let bs = b.store.f32(bt)?;
+            match &mut b.fast {
+                Some(fast) => fast.binary(src, bs, o.f32(out), f),
+                None => reference::binary(src, bs, o.f32(out), f),
+            }
             Ok(())
         })
     }

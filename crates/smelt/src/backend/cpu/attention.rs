@@ -1,0 +1,187 @@
+//! Fast CPU attention: causal, grouped-query, over an F32 or F16 cache.
+//!
+//! A work item is one query row and one KV head. It widens the keys and
+//! values of that head over the row's span into the thread's scratch once,
+//! then serves every query head of the group.
+//!
+//! The arithmetic is ggml's CPU flash attention, rounding for rounding: an
+//! online softmax in position order, and with an F16 cache the query
+//! rounded to f16 and the value accumulator kept in f16. That loses a little
+//! precision against the reference op (the tests bound it), and buys
+//! llama.cpp's numbers: a small quantized model's greedy choices depend on
+//! them (see `q8`).
+//!
+//! Legend: `n` query rows, `hd` head dim, `s` span (visible positions).
+
+use std::sync::Mutex;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use super::pool::{SharedMut, ThreadPool};
+use super::reference::{Rows, attention_span};
+use super::simd::{Isa, LANES, Madd, multiversion};
+use crate::backend::{AttentionParams, Result};
+
+/// Attention of `q` (`n × (H·hd)`) over the caches into `out`; `spans` is
+/// scratch for the validated `(base row, first, last)` of each query row.
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    pool: &mut ThreadPool,
+    isa: Isa,
+    scratch: &[Mutex<super::matmul::Scratch>],
+    spans: &mut Vec<(usize, usize, usize)>,
+    q: &[f32],
+    k: Rows,
+    v: Rows,
+    cache_rows: usize,
+    pos: &[i32],
+    seq: &[i32],
+    p: &AttentionParams,
+    out: &mut [f32],
+) -> Result<()> {
+    // Every position and slot is checked here, before any thread starts.
+    spans.clear();
+    for (&ps, &sq) in pos.iter().zip(seq) {
+        spans.push(attention_span(p, cache_rows, ps, sq)?);
+    }
+    let job = Job {
+        q,
+        k,
+        v,
+        spans,
+        p,
+        out: SharedMut::new(out),
+    };
+    let n_kv = p.n_kv_heads;
+    pool.for_each(spans.len() * n_kv, 1, &|t, items| {
+        let mut buf = scratch[t].lock().unwrap_or_else(|e| e.into_inner());
+        for item in items {
+            item_kernel(isa, &job, item / n_kv, item % n_kv, &mut buf.f);
+        }
+    });
+    Ok(())
+}
+
+struct Job<'a> {
+    q: &'a [f32],
+    k: Rows<'a>,
+    v: Rows<'a>,
+    spans: &'a [(usize, usize, usize)],
+    p: &'a AttentionParams,
+    /// `n × (H·hd)`; each item writes its row's heads of its group.
+    out: SharedMut<f32>,
+}
+
+multiversion! {
+    fn item_kernel(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f32>) = item_generic;
+}
+
+/// Widens `hd` values from `at` of a cache into `dst`.
+#[inline(always)]
+fn widen(src: Rows, at: usize, dst: &mut [f32]) {
+    match src {
+        Rows::F32(s) => dst.copy_from_slice(&s[at..at + dst.len()]),
+        Rows::F16(s) => s[at..at + dst.len()].convert_to_f32_slice(dst),
+    }
+}
+
+#[inline(always)]
+fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f32>) {
+    let p = job.p;
+    let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
+    let (q_cols, kv_cols) = (p.n_heads * hd, p.n_kv_heads * hd);
+    let (base, first, last) = job.spans[row];
+    let s = last + 1 - first;
+    let f16_cache = matches!(job.v, Rows::F16(_));
+    // ggml rounds to the cache type where it rounds: the query to f16 for
+    // the f16 key dot products, the value accumulator to f16 after every
+    // update. Identity for F32 caches.
+    let round = |x: f32| {
+        if f16_cache {
+            f16::from_f32(x).to_f32()
+        } else {
+            x
+        }
+    };
+    // Scratch: keys s × hd | values s × hd | query hd | accumulator hd.
+    let need = 2 * s * hd + 2 * hd;
+    if buf.len() < need {
+        buf.resize(need, 0.0);
+    }
+    let (keys, rest) = buf.split_at_mut(s * hd);
+    let (vals, rest) = rest.split_at_mut(s * hd);
+    let (qh, rest) = rest.split_at_mut(hd);
+    let acc = &mut rest[..hd];
+    for j in 0..s {
+        let at = (base + first + j) * kv_cols + kv_head * hd;
+        widen(job.k, at, &mut keys[j * hd..(j + 1) * hd]);
+        widen(job.v, at, &mut vals[j * hd..(j + 1) * hd]);
+    }
+    // With a softcap ggml folds 1/cap into the scale, then takes cap·tanh.
+    let scale = p.softcap.map_or(p.scale, |cap| p.scale / cap);
+    for h in kv_head * group..(kv_head + 1) * group {
+        let q = &job.q[row * q_cols + h * hd..row * q_cols + (h + 1) * hd];
+        for (d, &v) in qh.iter_mut().zip(q) {
+            *d = round(v);
+        }
+        // Online softmax over the span in position order (flash attention):
+        // `max` the running maximum, `sum` the running denominator.
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        acc.fill(0.0);
+        for j in 0..s {
+            let mut score = dot_ggml::<M>(qh, &keys[j * hd..(j + 1) * hd]) * scale;
+            if let Some(cap) = p.softcap {
+                score = cap * score.tanh();
+            }
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if score > max {
+                ms = (max - score).exp();
+                max = score;
+                acc.iter_mut().for_each(|a| *a = round(*a * ms));
+            } else {
+                vs = (score - max).exp();
+            }
+            for (a, &v) in acc.iter_mut().zip(&vals[j * hd..(j + 1) * hd]) {
+                *a = round(M::madd(v, vs, *a));
+            }
+            sum = M::madd(sum, ms, vs);
+        }
+        let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
+        // SAFETY: row `row`, head `h` belongs to this item alone (its query
+        // row and one of its KV head's query heads), and `out` outlives the
+        // pool job.
+        let o = unsafe { job.out.slice(row * q_cols + h * hd, hd) };
+        for (o, &a) in o.iter_mut().zip(acc.iter()) {
+            *o = a * inv;
+        }
+    }
+}
+
+/// `Σ a·b` summed as ggml's AVX2 `vec_dot_f16` sums: four 8-lane
+/// accumulators over steps of 32 values, folded 0+2, 1+3, then 0+1, the
+/// lanes added pairwise in halves, and any tail added in f64.
+#[inline(always)]
+fn dot_ggml<M: Madd>(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let full = n - n % 32;
+    let mut acc = [[0f32; LANES]; 4];
+    for o in (0..full).step_by(32) {
+        for (j, accj) in acc.iter_mut().enumerate() {
+            let (aj, bj) = (&a[o + j * LANES..], &b[o + j * LANES..]);
+            for (l, s) in accj.iter_mut().enumerate() {
+                *s = M::madd(aj[l], bj[l], *s);
+            }
+        }
+    }
+    let [a0, a1, a2, a3] = acc;
+    let fold =
+        |x: [f32; LANES], y: [f32; LANES]| -> [f32; LANES] { std::array::from_fn(|l| x[l] + y[l]) };
+    let v = fold(fold(a0, a2), fold(a1, a3));
+    let t = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    let mut sum = f64::from((t[0] + t[1]) + (t[2] + t[3]));
+    for i in full..n {
+        sum += f64::from(a[i] * b[i]);
+    }
+    sum as f32
+}

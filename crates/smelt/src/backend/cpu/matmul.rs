@@ -1,0 +1,321 @@
+//! The fast CPU matmul, `out = x · wᵀ`, with `w` in its GGUF type.
+//!
+//! Work is cut into items of `W_BLOCK` weight rows × `X_BLOCK` activation
+//! rows, handed to the pool's threads on demand. An item decodes its weight
+//! rows once into the thread's scratch and then computes its output
+//! rectangle in register tiles of `XR` activation rows × `WR` weight rows.
+//! Decode (one activation row) is the same code with one row.
+//!
+//! Two kinds of decoding and tiles:
+//! - Q4_0, Q4_1, Q8_0: activations quantized to 8-bit blocks once per
+//!   matmul and integer dot products, as ggml does ([`super::q8`]).
+//! - every other type: weights dequantized to f32 (F32 read in place) and
+//!   8-lane f32 dot products. F16, Q4_0, Q4_1, Q8_0 have vectorizable block
+//!   decoders here; other types go through `quant::dequantize_row`.
+//!
+//! Legend: `w` is `m × k`, `x` is `n × k`, `out` is `n × m`.
+
+use std::ops::Range;
+use std::sync::Mutex;
+
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
+use super::pool::{SharedMut, ThreadPool};
+use super::q8::{self, Q8Acts, Unpacked};
+use super::simd::{self, Isa, Madd, multiversion};
+use crate::quant::{self, GgmlType, QuantError};
+
+/// Weight rows per work item: decoded together, reused by every
+/// activation row of the item.
+const W_BLOCK: usize = 16;
+/// Activation rows per work item: they stay in cache while the item's
+/// weight rows pass over them.
+const X_BLOCK: usize = 64;
+/// Register tile: activation rows × weight rows (12 accumulators of 8 lanes
+/// fit the 16 AVX registers with room for the loads).
+const XR: usize = 3;
+const WR: usize = 4;
+
+/// A thread's scratch, grown on first use and kept.
+#[derive(Default)]
+pub struct Scratch {
+    /// Dequantized weight rows (f32 path), attention's keys and values.
+    pub f: Vec<f32>,
+    /// Unpacked weight rows (Q8 path).
+    pub w: Unpacked,
+}
+
+/// The activations of a matmul, as its weight type wants them.
+#[derive(Clone, Copy)]
+pub enum Acts<'a> {
+    F32(&'a [f32]),
+    Q8(&'a Q8Acts),
+}
+
+/// `out = x · wᵀ` on the pool, with `x` already quantized when the weight
+/// type takes the Q8 path. `scratch` has one entry per thread.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    pool: &mut ThreadPool,
+    isa: Isa,
+    scratch: &[Mutex<Scratch>],
+    w: &[u8],
+    dtype: GgmlType,
+    k: usize,
+    n: usize,
+    acts: Acts,
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let row_bytes = dtype.row_bytes(k).ok_or(QuantError::NotWholeBlocks {
+        dtype,
+        n: k,
+        block: dtype.block_size(),
+    })?;
+    let m = w.len() / row_bytes.max(1);
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    let (n_wb, n_xb) = (m.div_ceil(W_BLOCK), n.div_ceil(X_BLOCK));
+    let job = Job {
+        w,
+        dtype,
+        row_bytes,
+        m,
+        k,
+        acts,
+        out: SharedMut::new(out),
+    };
+    let error = Mutex::new(None);
+    pool.for_each(n_wb * n_xb, 1, &|t, items| {
+        let mut buf = scratch[t].lock().unwrap_or_else(|e| e.into_inner());
+        for item in items {
+            let (xb, wb) = (item / n_wb, item % n_wb);
+            let rows = wb * W_BLOCK..m.min((wb + 1) * W_BLOCK);
+            let xrows = xb * X_BLOCK..n.min((xb + 1) * X_BLOCK);
+            if let Err(e) = item_kernel(isa, &job, rows, xrows, &mut buf) {
+                *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+            }
+        }
+    });
+    match error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+struct Job<'a> {
+    w: &'a [u8],
+    dtype: GgmlType,
+    row_bytes: usize,
+    m: usize,
+    k: usize,
+    acts: Acts<'a>,
+    /// `n × m`; each item writes only its own rectangle.
+    out: SharedMut<f32>,
+}
+
+multiversion! {
+    fn item_kernel(job: &Job, rows: Range<usize>, xrows: Range<usize>, buf: &mut Scratch) -> Result<(), QuantError> = item_generic;
+}
+
+/// One work item: weight rows `rows` against activation rows `xrows`.
+#[inline(always)]
+fn item_generic<M: Madd>(
+    job: &Job,
+    rows: Range<usize>,
+    xrows: Range<usize>,
+    buf: &mut Scratch,
+) -> Result<(), QuantError> {
+    let (k, nw) = (job.k, rows.len());
+    let src = &job.w[rows.start * job.row_bytes..rows.end * job.row_bytes];
+    let store = |i: usize, j: usize, vals: &[f32]| {
+        // SAFETY: (i, rows.start + j..) lies in this item's rectangle (its
+        // activation rows × its weight rows), which no other item writes,
+        // and the job's `out` outlives the pool job.
+        unsafe { job.out.slice(i * job.m + rows.start + j, vals.len()) }.copy_from_slice(vals);
+    };
+    match job.acts {
+        Acts::Q8(x) => {
+            let nb = k / q8::QK8;
+            buf.w.unpack(job.dtype, src);
+            let w = &buf.w;
+            let with_min = job.dtype == GgmlType::Q4_1;
+            let wrow = |j: usize| {
+                (
+                    &w.qs[j * k..(j + 1) * k],
+                    &w.d[j * nb..(j + 1) * nb],
+                    &w.m[j * nb..(j + 1) * nb],
+                )
+            };
+            let xrow = |i: usize| {
+                (
+                    &x.qs[i * k..(i + 1) * k],
+                    &x.d[i * nb..(i + 1) * nb],
+                    &x.s[i * nb..(i + 1) * nb],
+                )
+            };
+            tiles(
+                xrows,
+                nw,
+                xrow,
+                wrow,
+                store,
+                |xs, ws| q8::tile::<M, XR, WR>(xs, ws, with_min),
+                |xs, ws| q8::tile::<M, 1, WR>(xs, ws, with_min),
+                |xs, ws| q8::tile::<M, 1, 1>(xs, ws, with_min),
+            );
+        }
+        Acts::F32(x) => {
+            // F32 weights need no decoding (the store keeps them aligned).
+            let wf: &[f32] = match bytemuck::try_cast_slice(src) {
+                Ok(f) if job.dtype == GgmlType::F32 => f,
+                _ => {
+                    if buf.f.len() < nw * k {
+                        buf.f.resize(nw * k, 0.0);
+                    }
+                    dequantize_rows(job.dtype, src, k, &mut buf.f[..nw * k])?;
+                    &buf.f[..nw * k]
+                }
+            };
+            let wrow = |j: usize| &wf[j * k..(j + 1) * k];
+            let xrow = |i: usize| &x[i * k..(i + 1) * k];
+            tiles(
+                xrows,
+                nw,
+                xrow,
+                wrow,
+                store,
+                simd::tile::<M, XR, WR>,
+                simd::tile::<M, 1, WR>,
+                simd::tile::<M, 1, 1>,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Covers activation rows `xrows` × weight rows `0..nw` with full `XR × WR`
+/// tiles, then `1 × WR` and `1 × 1` tiles at the edges, storing each result
+/// with `store(activation row, weight row, values)`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn tiles<X: Copy, W: Copy>(
+    xrows: Range<usize>,
+    nw: usize,
+    xrow: impl Fn(usize) -> X,
+    wrow: impl Fn(usize) -> W,
+    store: impl Fn(usize, usize, &[f32]),
+    full: impl Fn([X; XR], [W; WR]) -> [[f32; WR]; XR],
+    row: impl Fn([X; 1], [W; WR]) -> [[f32; WR]; 1],
+    one: impl Fn([X; 1], [W; 1]) -> [[f32; 1]; 1],
+) {
+    let mut i = xrows.start;
+    while i < xrows.end {
+        let xr = (xrows.end - i).min(XR);
+        let mut j = 0;
+        while j < nw {
+            let wr = (nw - j).min(WR);
+            if xr == XR && wr == WR {
+                let t = full(
+                    std::array::from_fn(|r| xrow(i + r)),
+                    std::array::from_fn(|c| wrow(j + c)),
+                );
+                for (r, vals) in t.iter().enumerate() {
+                    store(i + r, j, vals);
+                }
+            } else if wr == WR {
+                for r in 0..xr {
+                    let t = row([xrow(i + r)], std::array::from_fn(|c| wrow(j + c)));
+                    store(i + r, j, &t[0]);
+                }
+            } else {
+                for r in 0..xr {
+                    for c in 0..wr {
+                        let t = one([xrow(i + r)], [wrow(j + c)]);
+                        store(i + r, j + c, &t[0]);
+                    }
+                }
+            }
+            j += wr;
+        }
+        i += xr;
+    }
+}
+
+/// Whether [`dequantize_rows`] decodes `dtype` itself (other types go
+/// through the quant module).
+pub fn has_decoder(dtype: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(dtype, F32 | F16 | Q4_0 | Q4_1 | Q8_0)
+}
+
+/// Dequantizes whole rows of `k` values: `src` holds `dst.len() / k` rows.
+#[inline(always)]
+pub fn dequantize_rows(
+    dtype: GgmlType,
+    src: &[u8],
+    k: usize,
+    dst: &mut [f32],
+) -> Result<(), QuantError> {
+    let f16_of = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+    match dtype {
+        GgmlType::F32 => {
+            for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        GgmlType::F16 => match bytemuck::try_cast_slice::<u8, f16>(src) {
+            Ok(h) => h.convert_to_f32_slice(&mut dst[..h.len()]),
+            Err(_) => {
+                for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
+                    *d = f16_of(c);
+                }
+            }
+        },
+        // Q4_0: d (f16), 16 bytes of nibbles; value j is (low nibble − 8)·d,
+        // value j + 16 is (high nibble − 8)·d.
+        GgmlType::Q4_0 => {
+            for (b, o) in src.chunks_exact(18).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_of(&b[0..2]);
+                let (lo, hi) = o.split_at_mut(16);
+                for j in 0..16 {
+                    let q = b[2 + j];
+                    lo[j] = ((q & 15) as i32 - 8) as f32 * d;
+                    hi[j] = ((q >> 4) as i32 - 8) as f32 * d;
+                }
+            }
+        }
+        // Q4_1: d, m (f16), 16 bytes of nibbles; value = nibble·d + m.
+        GgmlType::Q4_1 => {
+            for (b, o) in src.chunks_exact(20).zip(dst.chunks_exact_mut(32)) {
+                let (d, m) = (f16_of(&b[0..2]), f16_of(&b[2..4]));
+                let (lo, hi) = o.split_at_mut(16);
+                for j in 0..16 {
+                    let q = b[4 + j];
+                    lo[j] = (q & 15) as f32 * d + m;
+                    hi[j] = (q >> 4) as f32 * d + m;
+                }
+            }
+        }
+        // Q8_0: d (f16), 32 signed bytes; value = q·d.
+        GgmlType::Q8_0 => {
+            for (b, o) in src.chunks_exact(34).zip(dst.chunks_exact_mut(32)) {
+                let d = f16_of(&b[0..2]);
+                for j in 0..32 {
+                    o[j] = (b[2 + j] as i8) as f32 * d;
+                }
+            }
+        }
+        _ => {
+            let row_bytes = src.len() / (dst.len() / k.max(1)).max(1);
+            for (s, d) in src
+                .chunks_exact(row_bytes.max(1))
+                .zip(dst.chunks_exact_mut(k))
+            {
+                quant::dequantize_row(dtype, s, d)?;
+            }
+        }
+    }
+    Ok(())
+}

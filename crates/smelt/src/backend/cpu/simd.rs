@@ -1,0 +1,222 @@
+//! Instruction-set selection for the fast kernels, and the small numeric
+//! helpers they share.
+//!
+//! Kernels are plain Rust written so that LLVM vectorizes them (fixed-size
+//! lane arrays, no data-dependent branches). Each is generic over [`Madd`]
+//! and compiled twice: once inside a `#[target_feature(enable = "avx2,fma,
+//! f16c")]` entry point, chosen at run time when the CPU has those, and once
+//! for the baseline target. [`Isa::detect`] makes that choice once per
+//! backend.
+
+/// Vector lanes the kernels are written for: one AVX register of f32.
+pub const LANES: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// x86-64 with AVX2, FMA and F16C, detected at run time.
+    Avx2,
+    /// Whatever the compile target guarantees (SSE2 on x86-64, NEON with
+    /// fused multiply-add on aarch64).
+    Baseline,
+}
+
+impl Isa {
+    pub fn detect() -> Isa {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+            && std::arch::is_x86_feature_detected!("f16c")
+        {
+            return Isa::Avx2;
+        }
+        Isa::Baseline
+    }
+}
+
+/// Multiply-add, fused where the ISA has it. `f32::mul_add` without FMA
+/// hardware is a slow library call, so the baseline x86 build multiplies
+/// and adds instead.
+pub trait Madd {
+    fn madd(a: f32, b: f32, c: f32) -> f32;
+}
+
+pub struct Fused;
+pub struct Unfused;
+
+impl Madd for Fused {
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
+
+impl Madd for Unfused {
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        a * b + c
+    }
+}
+
+/// The `Madd` of the baseline build: aarch64 always has fused multiply-add.
+#[cfg(target_arch = "aarch64")]
+pub type BaselineMadd = Fused;
+#[cfg(not(target_arch = "aarch64"))]
+pub type BaselineMadd = Unfused;
+
+/// Defines `$name(isa, args)`, which runs `$generic::<M>(args)` with the
+/// best [`Madd`] for `isa`: on AVX2 machines through a `#[target_feature]`
+/// entry point, into which the `#[inline(always)]` generic kernel is
+/// compiled with AVX2, FMA and F16C.
+macro_rules! multiversion {
+    ($vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? = $generic:ident;) => {
+        $vis fn $name(isa: $crate::backend::cpu::simd::Isa, $($arg: $ty),*) $(-> $ret)? {
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,f16c")]
+            fn avx2($($arg: $ty),*) $(-> $ret)? {
+                $generic::<$crate::backend::cpu::simd::Fused>($($arg),*)
+            }
+            match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Avx2` is only made by `Isa::detect`, after
+                // the CPU reported AVX2, FMA and F16C.
+                $crate::backend::cpu::simd::Isa::Avx2 => unsafe { avx2($($arg),*) },
+                _ => $generic::<$crate::backend::cpu::simd::BaselineMadd>($($arg),*),
+            }
+        }
+    };
+}
+pub(crate) use multiversion;
+
+/// The lanes of `v` summed pairwise.
+#[inline(always)]
+pub fn hsum(v: [f32; LANES]) -> f32 {
+    let a = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    (a[0] + a[2]) + (a[1] + a[3])
+}
+
+/// `R × C` dot products of `xs` with `ws` (all of one length), in `R·C`
+/// accumulators of 8 lanes.
+#[inline(always)]
+pub fn tile<M: Madd, const R: usize, const C: usize>(
+    xs: [&[f32]; R],
+    ws: [&[f32]; C],
+) -> [[f32; C]; R] {
+    let k = xs[0].len();
+    let mut acc = [[[0f32; LANES]; C]; R];
+    let full = k - k % LANES;
+    for o in (0..full).step_by(LANES) {
+        let xv: [&[f32; LANES]; R] =
+            std::array::from_fn(|r| xs[r][o..o + LANES].try_into().unwrap());
+        let wv: [&[f32; LANES]; C] =
+            std::array::from_fn(|c| ws[c][o..o + LANES].try_into().unwrap());
+        for r in 0..R {
+            for c in 0..C {
+                for l in 0..LANES {
+                    acc[r][c][l] = M::madd(xv[r][l], wv[c][l], acc[r][c][l]);
+                }
+            }
+        }
+    }
+    std::array::from_fn(|r| {
+        std::array::from_fn(|c| {
+            let mut s = hsum(acc[r][c]);
+            for o in full..k {
+                s = M::madd(xs[r][o], ws[c][o], s);
+            }
+            s
+        })
+    })
+}
+
+/// `Σ v[i]` over 8 lanes.
+#[inline(always)]
+pub fn sum(v: &[f32]) -> f32 {
+    let mut acc = [0f32; LANES];
+    let mut c = v.chunks_exact(LANES);
+    for x in &mut c {
+        for l in 0..LANES {
+            acc[l] += x[l];
+        }
+    }
+    hsum(acc) + c.remainder().iter().sum::<f32>()
+}
+
+/// `e^x` in f32 without a library call, so loops over it vectorize:
+/// `x = n·ln2 + r`, `e^r` by a degree-6 polynomial on `|r| ≤ ln2/2`, times
+/// `2^n` built in the exponent bits. Relative error below 3e-7 (2 ulp). Inputs
+/// below -87 give about 1e-38 (as good as 0 next to a softmax maximum);
+/// NaN stays NaN.
+#[inline(always)]
+pub fn exp<M: Madd>(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_359_4;
+    const LN2_LO: f32 = -2.121_944_4e-4;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E).round();
+    let r = M::madd(n, -LN2_LO, M::madd(n, -LN2_HI, x));
+    // Taylor coefficients 1/k!, Horner form.
+    let mut p = 1.0 / 720.0;
+    p = M::madd(p, r, 1.0 / 120.0);
+    p = M::madd(p, r, 1.0 / 24.0);
+    p = M::madd(p, r, 1.0 / 6.0);
+    p = M::madd(p, r, 0.5);
+    p = M::madd(p, r, 1.0);
+    p = M::madd(p, r, 1.0);
+    // n is in -126..=127 after the clamp, so the biased exponent is a
+    // valid normal number's.
+    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    p * scale
+}
+
+/// `x · sigmoid(x)`.
+#[inline(always)]
+pub fn silu<M: Madd>(x: f32) -> f32 {
+    x / (1.0 + exp::<M>(-x))
+}
+
+/// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`,
+/// with `1 + tanh(y) = 2 − 2/(e^{2y} + 1)`.
+#[inline(always)]
+pub fn gelu<M: Madd>(x: f32) -> f32 {
+    const C: f32 = 0.797_884_6; // √(2/π)
+    let y = C * M::madd(0.044715 * x * x, x, x);
+    x * (1.0 - 1.0 / (exp::<M>(2.0 * y) + 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exp_matches_libm() {
+        let mut worst = 0f64;
+        for i in -8700..=8800 {
+            let x = i as f32 * 0.01;
+            let want = f64::from(x).exp();
+            let got = f64::from(exp::<Unfused>(x));
+            if want > 1e-37 {
+                worst = worst.max((got - want).abs() / want);
+            }
+        }
+        assert!(worst < 3e-7, "worst relative error {worst}");
+        assert!(exp::<Unfused>(f32::NAN).is_nan());
+        assert!(exp::<Unfused>(f32::NEG_INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn silu_and_gelu_match_formulas() {
+        for i in -400..=400 {
+            let x = i as f32 * 0.05;
+            let xd = f64::from(x);
+            let silu_want = xd / (1.0 + (-xd).exp());
+            let c = (2.0 / std::f64::consts::PI).sqrt();
+            let gelu_want = 0.5 * xd * (1.0 + (c * (xd + 0.044715 * xd.powi(3))).tanh());
+            assert!(
+                (f64::from(silu::<Unfused>(x)) - silu_want).abs() < 1e-6 * (1.0 + silu_want.abs())
+            );
+            assert!(
+                (f64::from(gelu::<Unfused>(x)) - gelu_want).abs() < 1e-6 * (1.0 + gelu_want.abs())
+            );
+        }
+    }
+}

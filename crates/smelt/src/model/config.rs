@@ -1,0 +1,202 @@
+//! A model's hyperparameters, read from its GGUF metadata (`llama.*` keys).
+//!
+//! Every value is checked here, against the others and against the tensor
+//! shapes, so the forward pass and the buffers it sizes can trust them.
+
+use super::ModelError;
+use crate::gguf::{GgufError, Header};
+
+/// The architectures smelt runs, by `general.architecture`.
+pub const SUPPORTED_ARCHS: &[&str] = &["llama"];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    Llama,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+        }
+    }
+}
+
+/// Hyperparameters, named after llama.cpp's `llama_hparams`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub arch: Arch,
+    /// `{arch}.block_count`.
+    pub n_layer: usize,
+    /// `{arch}.embedding_length`.
+    pub n_embd: usize,
+    /// `{arch}.feed_forward_length`.
+    pub n_ff: usize,
+    /// `{arch}.attention.head_count`.
+    pub n_head: usize,
+    /// `{arch}.attention.head_count_kv` (default: `n_head`).
+    pub n_head_kv: usize,
+    /// `{arch}.attention.key_length` (default: `n_embd / n_head`).
+    pub head_dim: usize,
+    /// `{arch}.rope.dimension_count` (default: `head_dim`).
+    pub n_rot: usize,
+    /// `{arch}.rope.freq_base` (default 10000).
+    pub rope_freq_base: f32,
+    /// `1 / {arch}.rope.scaling.factor` for linear scaling (default 1).
+    pub rope_freq_scale: f32,
+    /// `{arch}.attention.layer_norm_rms_epsilon`.
+    pub rms_eps: f32,
+    /// `{arch}.context_length`: the context the model was trained for.
+    pub n_ctx_train: usize,
+    /// `{arch}.vocab_size`, else the tokenizer's token count, else the rows
+    /// of `token_embd`.
+    pub n_vocab: usize,
+}
+
+/// Sizes beyond these are not a model but a hostile or broken file.
+const MAX_DIM: usize = 1 << 20;
+const MAX_LAYERS: usize = 4096;
+
+impl Config {
+    /// Reads the config of a GGUF file's architecture.
+    pub fn from_gguf(h: &Header) -> Result<Config, ModelError> {
+        let arch_name = h.architecture()?;
+        let arch = match arch_name {
+            "llama" => Arch::Llama,
+            other => {
+                return Err(ModelError::UnsupportedArch {
+                    arch: other.to_string(),
+                    supported: SUPPORTED_ARCHS.join(", "),
+                });
+            }
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let get = |k: &str| -> Result<usize, GgufError> { Ok(h.get_u32(&key(k))? as usize) };
+        let opt = |k: &str| -> Result<Option<usize>, GgufError> {
+            Ok(h.opt_u32(&key(k))?.map(|v| v as usize))
+        };
+
+        let n_layer = get("block_count")?;
+        let n_embd = get("embedding_length")?;
+        let n_ff = get("feed_forward_length")?;
+        let n_head = get("attention.head_count")?;
+        let n_head_kv = opt("attention.head_count_kv")?.unwrap_or(n_head);
+        let head_dim = match opt("attention.key_length")? {
+            Some(d) => d,
+            None if n_head > 0 => n_embd / n_head,
+            None => 0,
+        };
+        let n_rot = opt("rope.dimension_count")?.unwrap_or(head_dim);
+        let rope_freq_base = h.opt_f32(&key("rope.freq_base"))?.unwrap_or(10000.0);
+        let rope_freq_scale = match h.opt_str(&key("rope.scaling.type"))? {
+            None | Some("none") => 1.0,
+            Some("linear") => {
+                let factor = h.opt_f32(&key("rope.scaling.factor"))?.unwrap_or(1.0);
+                if !(factor.is_finite() && factor > 0.0) {
+                    return Err(bad(&key("rope.scaling.factor"), "must be positive"));
+                }
+                1.0 / factor
+            }
+            Some(other) => {
+                return Err(bad(
+                    &key("rope.scaling.type"),
+                    &format!("{other:?} RoPE scaling is not supported (none, linear are)"),
+                ));
+            }
+        };
+        let rms_eps = h.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+        let n_ctx_train = get("context_length")?;
+        let n_vocab = match opt("vocab_size")? {
+            Some(v) => v,
+            None => match h.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()) {
+                Some(tokens) => tokens.len(),
+                None => h
+                    .tensors
+                    .iter()
+                    .find(|t| t.name == "token_embd.weight")
+                    .map_or(0, |t| t.n_rows() as usize),
+            },
+        };
+
+        let c = Config {
+            arch,
+            n_layer,
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_rot,
+            rope_freq_base,
+            rope_freq_scale,
+            rms_eps,
+            n_ctx_train,
+            n_vocab,
+        };
+        c.validate(&key)?;
+        Ok(c)
+    }
+
+    fn validate(&self, key: &dyn Fn(&str) -> String) -> Result<(), ModelError> {
+        let sizes = [
+            ("block_count", self.n_layer, MAX_LAYERS),
+            ("embedding_length", self.n_embd, MAX_DIM),
+            ("feed_forward_length", self.n_ff, MAX_DIM),
+            ("attention.head_count", self.n_head, MAX_DIM),
+            ("attention.head_count_kv", self.n_head_kv, MAX_DIM),
+            ("attention.key_length", self.head_dim, MAX_DIM),
+            ("context_length", self.n_ctx_train, 1 << 24),
+            ("vocab_size", self.n_vocab, 1 << 24),
+        ];
+        for (k, v, max) in sizes {
+            if v == 0 || v > max {
+                return Err(bad(&key(k), &format!("is {v}; expected 1..={max}")));
+            }
+        }
+        if !self.n_head.is_multiple_of(self.n_head_kv) {
+            return Err(bad(
+                &key("attention.head_count_kv"),
+                &format!(
+                    "{} does not divide head_count {}",
+                    self.n_head_kv, self.n_head
+                ),
+            ));
+        }
+        if self.n_rot > self.head_dim || !self.n_rot.is_multiple_of(2) {
+            return Err(bad(
+                &key("rope.dimension_count"),
+                &format!(
+                    "{} must be even and at most the head size {}",
+                    self.n_rot, self.head_dim
+                ),
+            ));
+        }
+        if !(self.rope_freq_base.is_finite() && self.rope_freq_base > 0.0) {
+            return Err(bad(&key("rope.freq_base"), "must be positive"));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
+            return Err(bad(
+                &key("attention.layer_norm_rms_epsilon"),
+                "must be a non-negative number",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Query width: `n_head · head_dim`.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// Key/value width: `n_head_kv · head_dim`.
+    pub fn kv_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+}
+
+fn bad(key: &str, reason: &str) -> ModelError {
+    ModelError::BadConfig {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    }
+}

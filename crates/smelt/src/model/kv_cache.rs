@@ -1,0 +1,102 @@
+//! The KV cache: per layer, the keys and values of every position of every
+//! sequence slot, allocated once per session.
+//!
+//! Layout of each layer's K and V: `(n_slots · n_ctx) × kv_dim`, so slot `s`
+//! position `p` is row `s · n_ctx + p` (what `Backend::attention` expects).
+//! The cache also tracks how many positions of each slot hold valid keys,
+//! so a step can only extend a sequence or rewind it, never leave a hole.
+
+use super::ModelError;
+use crate::backend::{Backend, Tensor};
+use crate::quant::GgmlType;
+
+pub struct KvCache {
+    /// Per layer: `(n_slots · n_ctx) × kv_dim`, F16 or F32.
+    pub k: Vec<Tensor>,
+    pub v: Vec<Tensor>,
+    pub n_ctx: usize,
+    pub n_slots: usize,
+    /// Valid positions per slot: `0..len[s]` hold keys and values.
+    len: Vec<usize>,
+}
+
+impl KvCache {
+    pub fn new(
+        backend: &mut dyn Backend,
+        n_layer: usize,
+        kv_dim: usize,
+        n_ctx: usize,
+        n_slots: usize,
+        dtype: GgmlType,
+    ) -> Result<Self, ModelError> {
+        if !matches!(dtype, GgmlType::F32 | GgmlType::F16) {
+            return Err(ModelError::Param(format!(
+                "KV cache type {dtype}: F16 or F32 expected"
+            )));
+        }
+        let rows = n_slots
+            .checked_mul(n_ctx)
+            .ok_or_else(|| ModelError::Param("KV cache size overflows".into()))?;
+        let mut k = Vec::with_capacity(n_layer);
+        let mut v = Vec::with_capacity(n_layer);
+        for _ in 0..n_layer {
+            k.push(backend.alloc(dtype, rows, kv_dim)?);
+            v.push(backend.alloc(dtype, rows, kv_dim)?);
+        }
+        Ok(Self {
+            k,
+            v,
+            n_ctx,
+            n_slots,
+            len: vec![0; n_slots],
+        })
+    }
+
+    /// Valid positions of `slot`.
+    pub fn len(&self, slot: usize) -> usize {
+        self.len.get(slot).copied().unwrap_or(0)
+    }
+
+    /// Forgets positions `len..` of `slot` (0 clears it), so the next step
+    /// may continue from `len`.
+    pub fn truncate(&mut self, slot: usize, len: usize) {
+        if let Some(l) = self.len.get_mut(slot) {
+            *l = (*l).min(len);
+        }
+    }
+
+    /// Records that a step wrote positions up to `last` of `slot`, from a
+    /// start [`KvCache::check_span`] allowed: `0..=last` are valid now.
+    pub(super) fn commit(&mut self, slot: usize, last: usize) {
+        self.len[slot] = last + 1;
+    }
+
+    /// Whether a step may write positions `first..=last` of `slot`: inside
+    /// the context, and starting no later than the slot's end.
+    pub(super) fn check_span(
+        &self,
+        slot: usize,
+        first: usize,
+        last: usize,
+    ) -> Result<(), ModelError> {
+        if slot >= self.n_slots {
+            return Err(ModelError::Param(format!(
+                "sequence slot {slot} outside 0..{}",
+                self.n_slots
+            )));
+        }
+        if last >= self.n_ctx {
+            return Err(ModelError::ContextFull {
+                needed: last + 1,
+                n_ctx: self.n_ctx,
+            });
+        }
+        if first > self.len[slot] {
+            return Err(ModelError::Param(format!(
+                "slot {slot} holds positions 0..{}; a step cannot start at {first}",
+                self.len[slot]
+            )));
+        }
+        Ok(())
+    }
+}

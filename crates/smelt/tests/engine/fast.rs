@@ -1,0 +1,281 @@
+//! The fast CPU backend against the reference, op by op, on random data over
+//! a sweep of shapes (odd sizes that do not divide the tiles, blocks or
+//! lanes), by normalised error. Outputs are poisoned with NaN first, so an
+//! element the fast op forgets to write fails the test.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use smelt::backend::cpu::CpuBackend;
+use smelt::backend::{AttentionParams, Backend, BackendExt, RopeMode, RopeParams, Tensor};
+use smelt::gguf::TensorBytes;
+use smelt::quant::GgmlType;
+
+use crate::ops::{f16_bytes, f32s, i32s, random};
+
+/// The reference and a fast backend on three threads (more than this
+/// machine may have cores, so the work splitting is exercised).
+fn pair() -> (CpuBackend, CpuBackend) {
+    (CpuBackend::reference(), CpuBackend::new(3).unwrap())
+}
+
+/// Normalised mean squared error `Σ(a−b)² / Σb²`; NaN anywhere fails.
+pub fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut num, mut den) = (0f64, 0f64);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!(!g.is_nan() && !w.is_nan(), "NaN at {i}: got {g}, want {w}");
+        num += (f64::from(g) - f64::from(w)).powi(2);
+        den += f64::from(w).powi(2);
+    }
+    num / den.max(1e-30)
+}
+
+fn poison(b: &mut dyn Backend, t: Tensor) {
+    b.write_f32(t, &vec![f32::NAN; t.n_elements()]).unwrap();
+}
+
+/// Runs `op` on both backends (with identically made inputs) and compares
+/// the F32 output.
+fn compare(tol: f64, what: &str, op: impl Fn(&mut dyn Backend) -> Tensor) {
+    let (mut r, mut f) = pair();
+    let want = {
+        let out = op(&mut r);
+        r.read_f32(out).unwrap()
+    };
+    let got = {
+        let out = op(&mut f);
+        f.read_f32(out).unwrap()
+    };
+    let e = nmse(&got, &want);
+    assert!(e <= tol, "{what}: nmse {e:e} > {tol:e}");
+}
+
+fn weight(b: &mut dyn Backend, dtype: GgmlType, m: usize, k: usize, v: &[f32]) -> Tensor {
+    let bytes = match dtype {
+        GgmlType::F32 => bytemuck::cast_slice(v).to_vec(),
+        GgmlType::F16 => f16_bytes(v),
+        _ => unreachable!(),
+    };
+    b.load_weight("w", dtype, m, k, TensorBytes::from_vec(bytes))
+        .unwrap()
+}
+
+#[test]
+fn matmul_sweep() {
+    let mut rng = StdRng::seed_from_u64(10);
+    for dtype in [GgmlType::F32, GgmlType::F16] {
+        for &(m, k) in &[(1, 8), (5, 100), (16, 64), (17, 96), (67, 33), (130, 256)] {
+            for &n in &[1, 2, 3, 4, 7, 64, 65, 131] {
+                let wv = random(&mut rng, m * k);
+                let xv = random(&mut rng, n * k);
+                compare(1e-11, &format!("matmul {dtype} m{m} k{k} n{n}"), |b| {
+                    let w = weight(b, dtype, m, k, &wv);
+                    let x = f32s(b, n, k, &xv);
+                    let out = b.alloc(GgmlType::F32, n, m).unwrap();
+                    poison(b, out);
+                    b.matmul(w, x, out).unwrap();
+                    out
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_sweep() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let cases = [
+        (4, 4, 8, 7, 1, 1),
+        (6, 2, 16, 40, 2, 5),
+        (9, 3, 64, 70, 1, 33),
+        (8, 1, 12, 19, 3, 17),
+    ];
+    for &(hq, hk, hd, ctx, slots, n) in &cases {
+        let rows = ctx * slots;
+        let kv = random(&mut rng, rows * hk * hd);
+        let vv = random(&mut rng, rows * hk * hd);
+        let qv: Vec<f32> = random(&mut rng, n * hq * hd)
+            .iter()
+            .map(|x| x * 4.0)
+            .collect();
+        let posv: Vec<i32> = (0..n).map(|_| rng.gen_range(0..ctx as i32)).collect();
+        let seqv: Vec<i32> = (0..n).map(|_| rng.gen_range(0..slots as i32)).collect();
+        for dtype in [GgmlType::F32, GgmlType::F16] {
+            for (window, softcap) in [(None, None), (Some(5), None), (None, Some(3.0))] {
+                let p = AttentionParams {
+                    n_heads: hq,
+                    n_kv_heads: hk,
+                    head_dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                    ctx,
+                    window,
+                    softcap,
+                };
+                // The fast op rounds the query and its value accumulator to
+                // f16 with an F16 cache, as ggml does.
+                let tol = if dtype == GgmlType::F16 { 1e-6 } else { 1e-11 };
+                compare(
+                    tol,
+                    &format!("attention {dtype} {hq}/{hk}x{hd} ctx{ctx} n{n}"),
+                    |b| {
+                        let (k32, v32) = (f32s(b, rows, hk * hd, &kv), f32s(b, rows, hk * hd, &vv));
+                        let (k, v) = if dtype == GgmlType::F16 {
+                            let k = b.alloc(dtype, rows, hk * hd).unwrap();
+                            let v = b.alloc(dtype, rows, hk * hd).unwrap();
+                            b.copy(k32, k).unwrap();
+                            b.copy(v32, v).unwrap();
+                            (k, v)
+                        } else {
+                            (k32, v32)
+                        };
+                        let q = f32s(b, n, hq * hd, &qv);
+                        let (pos, seq) = (i32s(b, &posv), i32s(b, &seqv));
+                        let out = b.alloc(GgmlType::F32, n, hq * hd).unwrap();
+                        poison(b, out);
+                        b.attention(q, k, v, pos, seq, &p, out).unwrap();
+                        out
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rope_sweep() {
+    let mut rng = StdRng::seed_from_u64(12);
+    for &(n, heads, hd, n_dims) in &[(1, 1, 2, 2), (5, 3, 64, 64), (9, 2, 80, 32)] {
+        let xv = random(&mut rng, n * heads * hd);
+        let posv: Vec<i32> = (0..n).map(|_| rng.gen_range(0..8192)).collect();
+        let ff: Vec<f32> = (0..n_dims / 2).map(|_| rng.gen_range(1.0..8.0)).collect();
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            for with_ff in [false, true] {
+                // Fast angles are f32 products, as ggml's; the reference's f64.
+                compare(
+                    1e-9,
+                    &format!("rope {mode:?} n{n} {heads}x{hd}/{n_dims}"),
+                    |b| {
+                        let x = f32s(b, n, heads * hd, &xv);
+                        let pos = i32s(b, &posv);
+                        let p = RopeParams {
+                            mode,
+                            n_heads: heads,
+                            head_dim: hd,
+                            n_dims,
+                            freq_base: 100000.0,
+                            freq_scale: 0.25,
+                            freq_factors: with_ff.then(|| f32s(b, 1, n_dims / 2, &ff)),
+                        };
+                        b.rope(x, pos, &p, x).unwrap();
+                        x
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn rowwise_sweep() {
+    let mut rng = StdRng::seed_from_u64(13);
+    // The largest shape is past the size where glu splits over threads.
+    for &(n, c) in &[(1, 1), (3, 7), (4, 576), (130, 1537)] {
+        let (av, bv, wv) = (
+            random(&mut rng, n * c),
+            random(&mut rng, n * c),
+            random(&mut rng, c),
+        );
+        let big: Vec<f32> = av.iter().map(|x| x * 30.0).collect();
+        let new = |b: &mut dyn Backend| {
+            let out = b.alloc(GgmlType::F32, n, c).unwrap();
+            poison(b, out);
+            out
+        };
+        compare(1e-12, "rms_norm", |b| {
+            let (x, w, out) = (f32s(b, n, c, &av), f32s(b, 1, c, &wv), new(b));
+            b.rms_norm(x, Some(w), 1e-6, out).unwrap();
+            out
+        });
+        compare(1e-12, "softmax", |b| {
+            let (x, out) = (f32s(b, n, c, &big), new(b));
+            b.softmax(x, out).unwrap();
+            out
+        });
+        for gelu in [false, true] {
+            compare(1e-12, "glu", |b| {
+                let (g, u, out) = (f32s(b, n, c, &big), f32s(b, n, c, &bv), new(b));
+                if gelu {
+                    b.gelu_mul(g, u, out).unwrap();
+                } else {
+                    b.silu_mul(g, u, out).unwrap();
+                }
+                out
+            });
+        }
+        compare(0.0, "add, mul, scale", |b| {
+            let (x, y, row, out) = (
+                f32s(b, n, c, &av),
+                f32s(b, n, c, &bv),
+                f32s(b, 1, c, &wv),
+                new(b),
+            );
+            b.add(x, y, out).unwrap();
+            b.mul(out, row, out).unwrap();
+            b.add(out, row, out).unwrap();
+            b.mul(out, y, out).unwrap();
+            b.scale(out, 0.5, out).unwrap();
+            out
+        });
+        compare(0.0, "set_rows F16, copy, get_rows F16", |b| {
+            let x = f32s(b, n, c, &av);
+            let ids: Vec<i32> = (0..n as i32).rev().collect();
+            let ids = i32s(b, &ids);
+            let cache = b.alloc(GgmlType::F16, n + 2, c).unwrap();
+            b.set_rows(x, ids, cache).unwrap();
+            let table = b
+                .load_weight(
+                    "t",
+                    GgmlType::F16,
+                    n,
+                    c,
+                    TensorBytes::from_vec(f16_bytes(&bv)),
+                )
+                .unwrap();
+            let (out, out2) = (new(b), new(b));
+            b.get_rows(table, ids, out).unwrap();
+            b.copy(cache.with_rows(n), out2).unwrap();
+            b.add(out, out2, out).unwrap();
+            out
+        });
+    }
+}
+
+#[test]
+fn fast_errors_match_reference() {
+    let (mut r, mut f) = pair();
+    for b in [&mut r as &mut dyn Backend, &mut f] {
+        let table = f32s(b, 4, 8, &[0.0; 32]);
+        let ids = i32s(b, &[0, 4]);
+        let out = b.alloc(GgmlType::F32, 2, 8).unwrap();
+        assert!(b.get_rows(table, ids, out).is_err(), "{}", b.name());
+        let q = f32s(b, 1, 8, &[0.0; 8]);
+        let kv = b.alloc(GgmlType::F16, 10, 8).unwrap();
+        let pos = i32s(b, &[5]);
+        let seq = i32s(b, &[2]);
+        let p = AttentionParams {
+            n_heads: 1,
+            n_kv_heads: 1,
+            head_dim: 8,
+            scale: 1.0,
+            ctx: 5,
+            window: None,
+            softcap: None,
+        };
+        let o = b.alloc(GgmlType::F32, 1, 8).unwrap();
+        assert!(
+            b.attention(q, kv, kv, pos, seq, &p, o).is_err(),
+            "{}",
+            b.name()
+        );
+    }
+}
