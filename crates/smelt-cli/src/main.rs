@@ -1,6 +1,8 @@
 //! The `smelt` command line.
 
 mod cmd;
+mod engine;
+mod serve;
 
 use std::process::ExitCode;
 

@@ -10,4 +10,5 @@ pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sample;
+pub mod server;
 pub mod tokenizer;

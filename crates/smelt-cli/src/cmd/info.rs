@@ -1,4 +1,5 @@
-//! `smelt info`: what a GGUF file holds.
+//! `smelt info`: what a GGUF file holds: architecture, size, metadata (long
+//! arrays and strings shortened) and tensors by type.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -13,60 +14,86 @@ pub struct Args {
     model: PathBuf,
 }
 
+/// Metadata values longer than this many characters are cut.
+const MAX_VALUE_CHARS: usize = 120;
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let file = GgufFile::open(&args.model)
         .with_context(|| format!("cannot open {}", args.model.display()))?;
     let arch = file.architecture().unwrap_or("(none)");
     let n_params: u64 = file.tensors.iter().map(|t| t.n_elements()).sum();
-    let block_count = file
-        .get(&format!("{arch}.block_count"))
-        .and_then(|v| v.as_u32());
 
     println!("file:         {}", args.model.display());
+    println!("size:         {}", mib(file.bytes().len() as u64));
     println!("version:      GGUF v{}", file.version);
-    println!("architecture: {arch}");
+    println!("architecture: {}", arch.escape_debug());
     if let Some(name) = file.get("general.name").and_then(|v| v.as_str()) {
-        println!("name:         {name}");
+        println!("name:         {}", name.escape_debug());
     }
-    if let Some(n) = block_count {
+    if let Some(n) = file
+        .get(&format!("{arch}.block_count"))
+        .and_then(|v| v.as_u32())
+    {
         println!("blocks:       {n}");
     }
     println!("parameters:   {}", format_params(n_params));
-    println!("alignment:    {}", file.alignment);
+    println!(
+        "data:         at offset {}, aligned to {} bytes",
+        file.data_offset, file.alignment
+    );
 
     println!("\nmetadata ({} keys):", file.metadata.len());
     for (key, value) in file.metadata.iter() {
+        // Display writes strings escaped and arrays shortened to a few items.
         let text = value.to_string();
-        let text = if text.chars().count() > 120 {
-            let cut: String = text.chars().take(117).collect();
-            format!("{cut}... ({} chars)", text.chars().count())
+        let n_chars = text.chars().count();
+        let text = if n_chars > MAX_VALUE_CHARS {
+            let cut: String = text.chars().take(MAX_VALUE_CHARS - 3).collect();
+            format!("{cut}... ({n_chars} chars)")
         } else {
             text
         };
-        println!("  {key} = {}", text.replace('\n', "\\n"));
+        println!("  {} = {text}", key.escape_debug());
     }
 
-    let mut by_type: BTreeMap<GgmlType, (usize, u64)> = BTreeMap::new();
+    // type → (tensors, parameters, bytes)
+    let mut by_type: BTreeMap<GgmlType, (usize, u64, u64)> = BTreeMap::new();
     for t in &file.tensors {
         let e = by_type.entry(t.dtype).or_default();
         e.0 += 1;
-        e.1 += t.size;
+        e.1 += t.n_elements();
+        e.2 += t.size;
     }
     println!("\ntensors ({}):", file.tensors.len());
-    for (dtype, (count, bytes)) in &by_type {
-        println!(
-            "  {:<8} {count:>5} tensors  {:>10.2} MiB",
-            dtype.name(),
-            *bytes as f64 / (1024.0 * 1024.0)
-        );
-    }
-    let total: u64 = by_type.values().map(|v| v.1).sum();
     println!(
-        "  total    {:>5} tensors  {:>10.2} MiB",
-        file.tensors.len(),
-        total as f64 / (1024.0 * 1024.0)
+        "  {:<8} {:>7} {:>12} {:>12} {:>12}",
+        "type", "tensors", "parameters", "MiB", "bits/weight"
     );
+    let row = |name: &str, count: usize, params: u64, bytes: u64| {
+        let bpw = if params == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.2}", bytes as f64 * 8.0 / params as f64)
+        };
+        println!(
+            "  {name:<8} {count:>7} {:>12} {:>12.2} {bpw:>12}",
+            format_params(params),
+            bytes as f64 / (1024.0 * 1024.0)
+        );
+    };
+    for (dtype, &(count, params, bytes)) in &by_type {
+        row(dtype.name(), count, params, bytes);
+    }
+    let total_bytes: u64 = by_type.values().map(|v| v.2).sum();
+    row("total", file.tensors.len(), n_params, total_bytes);
     Ok(())
+}
+
+fn mib(bytes: u64) -> String {
+    format!(
+        "{:.2} MiB ({bytes} bytes)",
+        bytes as f64 / (1024.0 * 1024.0)
+    )
 }
 
 /// `134.52 M`, `1.50 B`: parameters the way llama.cpp prints them.

@@ -23,6 +23,7 @@
 
 pub mod cpu;
 pub mod gpu;
+pub mod select;
 
 use crate::quant::GgmlType;
 

@@ -1,6 +1,7 @@
 //! GGUF files: a bounds-checked reader over a memory map, typed metadata,
 //! zero-copy tensor views, and a writer.
 
+mod cursor;
 mod reader;
 mod value;
 mod writer;
@@ -12,13 +13,16 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-pub use reader::{DEFAULT_ALIGNMENT, Header, MAGIC, TensorInfo};
+pub use reader::{DEFAULT_ALIGNMENT, Header, MAGIC, MAX_ARRAY_DEPTH, TensorInfo};
 pub use value::{Array, Metadata, Value, ValueType};
 pub use writer::GgufWriter;
 
 /// ggml's `GGML_MAX_DIMS`.
 pub const MAX_DIMS: usize = 4;
 
+/// Everything that can be wrong with a GGUF file, or with a request made of
+/// one. Errors about the file's bytes name the key or tensor involved and the
+/// absolute file offset where the bad field starts.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     #[error("cannot read {path}: {source}")]
@@ -26,22 +30,20 @@ pub enum GgufError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Write(#[source] std::io::Error),
-    #[error("not a GGUF file: magic is {found:02x?}, expected \"GGUF\"")]
+    #[error("not a GGUF file: it starts with \"{}\", not \"GGUF\"", found.escape_ascii())]
     BadMagic { found: [u8; 4] },
-    #[error("big-endian GGUF files are not supported")]
-    BigEndian,
+    #[error("version field is {version:#010x}: a big-endian GGUF file, which is not supported")]
+    BigEndian { version: u32 },
     #[error("unsupported GGUF version {0} (versions 2 and 3 are supported)")]
     UnsupportedVersion(u32),
     #[error("file truncated: {what} at offset {offset} needs {needed} bytes, {available} remain")]
     Truncated {
         what: String,
         offset: usize,
-        needed: usize,
+        needed: u64,
         available: usize,
     },
-    #[error("{what} {count} at offset {offset} cannot fit in the file")]
+    #[error("{what} at offset {offset} is {count}, more than the rest of the file can hold")]
     BadCount {
         what: String,
         count: u64,
@@ -55,13 +57,18 @@ pub enum GgufError {
         value: u8,
         offset: usize,
     },
-    #[error("metadata key {key:?} at offset {offset}: arrays nested too deeply")]
+    #[error(
+        "metadata key {key:?} at offset {offset}: arrays nested more than {} deep",
+        reader::MAX_ARRAY_DEPTH
+    )]
     TooDeep { key: String, offset: usize },
     #[error("metadata key {key:?} at offset {offset} appears twice")]
     DuplicateKey { key: String, offset: usize },
-    #[error("general.alignment is {value}; it must be a u32 power of two")]
-    BadAlignment { value: String },
-    #[error("tensor {name:?} at offset {offset}: unknown type id {id}")]
+    #[error(
+        "metadata key \"general.alignment\" at offset {offset} is {value}; it must be a u32 power of two"
+    )]
+    BadAlignment { value: String, offset: usize },
+    #[error("tensor {name:?}: type id {id} at offset {offset} is not a known ggml type")]
     UnknownTensorType {
         name: String,
         id: u32,
@@ -73,21 +80,28 @@ pub enum GgufError {
         offset: usize,
         reason: String,
     },
-    #[error("tensor {name:?} appears twice")]
-    DuplicateTensor { name: String },
+    #[error("tensor {name:?} at offset {offset} repeats an earlier tensor's name")]
+    DuplicateTensor { name: String, offset: usize },
     #[error(
-        "tensor {name:?}: data at offset {offset} with size {size} runs past the data section ({data_len} bytes)"
+        "tensor {name:?} at offset {offset}: data at {data_offset} with size {size} runs past the data section ({data_len} bytes)"
     )]
     TensorOutOfBounds {
         name: String,
-        offset: u64,
+        offset: usize,
+        data_offset: u64,
         size: u64,
         data_len: u64,
     },
-    #[error("tensors {first:?} and {second:?} overlap")]
-    TensorOverlap { first: String, second: String },
+    #[error("tensor {second:?} at offset {offset}: its data overlaps tensor {first:?}")]
+    TensorOverlap {
+        first: String,
+        second: String,
+        offset: usize,
+    },
     #[error("{what} overflows")]
     Overflow { what: String },
+    #[error("cannot write tensor {name:?}: {reason}")]
+    InvalidTensor { name: String, reason: String },
     #[error("metadata key {key:?} is missing")]
     MissingKey { key: String },
     #[error("metadata key {key:?} is {found}, expected {expected}")]
@@ -144,6 +158,10 @@ impl GgufFile {
     }
 
     /// A tensor's data, borrowed from the map.
+    ///
+    /// # Panics
+    /// If `info` did not come from this file: `Header::parse` proved only
+    /// this file's tensors lie inside it.
     pub fn tensor_data(&self, info: &TensorInfo) -> &[u8] {
         &self.map[self.range_of(info)]
     }

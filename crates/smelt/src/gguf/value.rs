@@ -1,6 +1,5 @@
 //! GGUF metadata values and the ordered key→value table.
 
-use std::collections::HashMap;
 use std::fmt;
 
 /// The on-disk value type ids (`gguf_type`).
@@ -317,10 +316,16 @@ impl fmt::Display for Array {
 }
 
 /// Metadata in file order, with lookup by key.
+///
+/// The index is a list of entry positions sorted by key, not a hash map: it
+/// costs one `usize` per key instead of a second copy of every key, which
+/// keeps what a hostile file can make the reader allocate close to the
+/// file's own size (see `reader.rs`).
 #[derive(Clone, Debug, Default)]
 pub struct Metadata {
     entries: Vec<(String, Value)>,
-    index: HashMap<String, usize>,
+    /// Positions in `entries`, sorted by key.
+    index: Vec<usize>,
 }
 
 impl Metadata {
@@ -328,27 +333,57 @@ impl Metadata {
         Self::default()
     }
 
+    /// Builds the table from entries in file order. On a repeated key,
+    /// returns the position of its first repeat in file order, and the key.
+    pub(super) fn from_entries(mut entries: Vec<(String, Value)>) -> Result<Self, (usize, String)> {
+        let mut index: Vec<usize> = (0..entries.len()).collect();
+        // Ties broken by position, so each run of equal keys is in file order
+        // and its second element is that key's first repeat.
+        index.sort_unstable_by(|&a, &b| entries[a].0.cmp(&entries[b].0).then(a.cmp(&b)));
+        let first_repeat = index
+            .windows(2)
+            .filter(|w| entries[w[0]].0 == entries[w[1]].0)
+            .map(|w| w[1])
+            .min();
+        match first_repeat {
+            Some(i) => Err((i, entries.swap_remove(i).0)),
+            None => Ok(Self { entries, index }),
+        }
+    }
+
+    fn find(&self, key: &str) -> Result<usize, usize> {
+        self.index
+            .binary_search_by(|&i| self.entries[i].0.as_str().cmp(key))
+    }
+
     /// Adds a key, or replaces its value in place. Returns true if the key
     /// was already present.
     pub fn insert(&mut self, key: impl Into<String>, value: Value) -> bool {
         let key = key.into();
-        if let Some(&i) = self.index.get(&key) {
-            self.entries[i].1 = value;
-            return true;
+        match self.find(&key) {
+            Ok(at) => {
+                self.entries[self.index[at]].1 = value;
+                true
+            }
+            Err(at) => {
+                self.index.insert(at, self.entries.len());
+                self.entries.push((key, value));
+                false
+            }
         }
-        self.index.insert(key.clone(), self.entries.len());
-        self.entries.push((key, value));
-        false
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.index.get(key).map(|&i| &self.entries[i].1)
+        self.find(key)
+            .ok()
+            .map(|at| &self.entries[self.index[at]].1)
     }
 
     pub fn contains(&self, key: &str) -> bool {
-        self.index.contains_key(key)
+        self.find(key).is_ok()
     }
 
+    /// Entries in file (or insertion) order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Value)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v))
     }
@@ -359,5 +394,58 @@ impl Metadata {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(k: &str, v: u32) -> (String, Value) {
+        (k.to_string(), Value::U32(v))
+    }
+
+    #[test]
+    fn metadata_keeps_file_order_and_finds_keys() {
+        let m = Metadata::from_entries(vec![entry("b", 1), entry("a", 2), entry("c", 3)])
+            .expect("no repeats");
+        let keys: Vec<&str> = m.iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["b", "a", "c"]);
+        assert_eq!(m.get("a"), Some(&Value::U32(2)));
+        assert_eq!(m.get("c"), Some(&Value::U32(3)));
+        assert_eq!(m.get("d"), None);
+        assert!(m.contains("b") && !m.contains(""));
+    }
+
+    #[test]
+    fn metadata_reports_the_first_repeat_in_file_order() {
+        let entries = vec![
+            entry("x", 0),
+            entry("y", 1),
+            entry("y", 2),
+            entry("x", 3),
+            entry("y", 4),
+        ];
+        assert_eq!(Metadata::from_entries(entries).err(), Some((2, "y".into())));
+    }
+
+    #[test]
+    fn insert_replaces_in_place() {
+        let mut m = Metadata::new();
+        assert!(!m.insert("z", Value::U8(1)));
+        assert!(!m.insert("a", Value::U8(2)));
+        assert!(m.insert("z", Value::U8(3)));
+        let all: Vec<(&str, &Value)> = m.iter().collect();
+        assert_eq!(all, [("z", &Value::U8(3)), ("a", &Value::U8(2))]);
+        assert_eq!(m.get("a"), Some(&Value::U8(2)));
+        assert_eq!(m.len(), 2);
+    }
+
+    #[test]
+    fn long_arrays_display_shortened() {
+        let v = Value::Array(Array::U32((0..100).collect()));
+        assert_eq!(v.to_string(), "[0, 1, 2, 3, 4, 5, ... (100 items)]");
+        let v = Value::Array(Array::String(vec!["a\n".into()]));
+        assert_eq!(v.to_string(), r#"["a\n"]"#);
     }
 }

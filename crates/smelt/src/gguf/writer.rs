@@ -7,17 +7,19 @@ use std::path::Path;
 
 use super::reader::{DEFAULT_ALIGNMENT, MAGIC, align_up};
 use super::value::{Array, Metadata, Value};
-use super::{GgufError, MAX_DIMS};
+use super::{GgufError, MAX_DIMS, TensorBytes};
 use crate::quant::GgmlType;
 
 struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     dtype: GgmlType,
-    data: Vec<u8>,
+    data: TensorBytes,
 }
 
-/// Collects metadata and tensors, then writes them as one GGUF v3 file.
+/// Collects metadata and tensors, then writes them as one GGUF v3 file laid
+/// out as ggml lays it out: tensors in the order added, each at the next
+/// aligned offset, padding after each (the last included).
 pub struct GgufWriter {
     metadata: Metadata,
     tensors: Vec<PendingTensor>,
@@ -40,14 +42,18 @@ impl GgufWriter {
     }
 
     /// Sets a metadata value, replacing any earlier one. Setting
-    /// `general.alignment` to a u32 power of two changes the data alignment.
+    /// `general.alignment` changes the data alignment.
+    ///
+    /// # Panics
+    /// If `general.alignment` is not a `Value::U32` power of two: no reader
+    /// would accept the file. Values copied from a parsed file always pass,
+    /// since the reader checks the same rule.
     pub fn set(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
         let key = key.into();
         if key == "general.alignment" {
-            if let Value::U32(a) = value {
-                if a != 0 && a.is_power_of_two() {
-                    self.alignment = u64::from(a);
-                }
+            match value {
+                Value::U32(a) if a.is_power_of_two() => self.alignment = u64::from(a),
+                ref v => panic!("general.alignment must be a u32 power of two, not {v:?}"),
             }
         }
         self.metadata.insert(key, value);
@@ -63,20 +69,42 @@ impl GgufWriter {
         dims: &[u64],
         data: Vec<u8>,
     ) -> Result<&mut Self, GgufError> {
+        self.add_tensor_bytes(name, dtype, dims, TensorBytes::from_vec(data))
+    }
+
+    /// Adds a tensor whose bytes are shared, not copied: a tensor of another
+    /// mapped file (`GgufFile::tensor_bytes`), as when requantizing a model
+    /// keeps some tensors as they are.
+    pub fn add_tensor_bytes(
+        &mut self,
+        name: impl Into<String>,
+        dtype: GgmlType,
+        dims: &[u64],
+        data: TensorBytes,
+    ) -> Result<&mut Self, GgufError> {
         let name = name.into();
-        let bad = |reason: String| GgufError::BadTensor {
+        let bad = |reason: String| GgufError::InvalidTensor {
             name: name.clone(),
-            offset: 0,
             reason,
         };
         if dims.is_empty() || dims.len() > MAX_DIMS {
-            return Err(bad(format!("{} dimensions", dims.len())));
+            return Err(bad(format!(
+                "{} dimensions (1 to {MAX_DIMS} allowed)",
+                dims.len()
+            )));
         }
-        let n: u64 = dims.iter().product();
-        let expected = usize::try_from(n)
-            .ok()
-            .and_then(|n| dtype.row_bytes(n))
-            .ok_or_else(|| bad(format!("dims {dims:?} do not fit {dtype} blocks")))?;
+        let expected = dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| {
+                dims[0]
+                    .is_multiple_of(dtype.block_size() as u64)
+                    .then(|| dtype.row_bytes(n))
+                    .flatten()
+            })
+            .ok_or_else(|| bad(format!("dims {dims:?} are not whole {dtype} blocks")))?;
         if data.len() != expected {
             return Err(bad(format!(
                 "{} bytes given, {expected} expected for {dtype} {dims:?}",
@@ -84,7 +112,7 @@ impl GgufWriter {
             )));
         }
         if self.tensors.iter().any(|t| t.name == name) {
-            return Err(GgufError::DuplicateTensor { name });
+            return Err(bad("a tensor of that name was already added".into()));
         }
         self.tensors.push(PendingTensor {
             name,
@@ -115,7 +143,6 @@ impl GgufWriter {
             put_value(&mut head, value);
         }
         let mut offset = 0u64;
-        let mut offsets = Vec::with_capacity(self.tensors.len());
         for t in &self.tensors {
             put_string(&mut head, &t.name);
             head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
@@ -124,20 +151,25 @@ impl GgufWriter {
             }
             head.extend_from_slice(&t.dtype.id().to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
-            offsets.push(offset);
-            offset = align_up(offset + t.data.len() as u64, self.alignment).expect("size fits");
+            offset = self.padded(offset + t.data.len() as u64);
         }
-        let data_start = align_up(head.len() as u64, self.alignment).expect("size fits");
+        let data_start = self.padded(head.len() as u64);
         head.resize(data_start as usize, 0);
         w.write_all(&head)?;
 
-        let mut written = 0u64;
-        for (t, &off) in self.tensors.iter().zip(&offsets) {
-            w.write_all(&vec![0u8; (off - written) as usize])?;
+        let zeros = vec![0u8; self.alignment as usize];
+        for t in &self.tensors {
             w.write_all(&t.data)?;
-            written = off + t.data.len() as u64;
+            let len = t.data.len() as u64;
+            w.write_all(&zeros[..(self.padded(len) - len) as usize])?;
         }
         w.flush()
+    }
+
+    /// `x` rounded up to the alignment. Sizes here are of data in memory, so
+    /// they cannot come near `u64::MAX`.
+    fn padded(&self, x: u64) -> u64 {
+        align_up(x, self.alignment).expect("in-memory sizes are far below u64::MAX")
     }
 
     /// Writes the file next to `path` and renames it into place, so a failed

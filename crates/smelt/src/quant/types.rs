@@ -168,6 +168,42 @@ impl GgmlType {
         }
     }
 
+    /// The `llama_ftype` that llama.cpp writes to `general.file_type` for a
+    /// file whose weights are all of this type, for the types a weight file
+    /// can be made of by quantizing every tensor one way (llama-quantize's
+    /// `--pure`). Q8_1 and Q8_K are activation types and have none.
+    pub fn llama_ftype(self) -> Option<u32> {
+        use GgmlType::*;
+        Some(match self {
+            F32 => 0,  // LLAMA_FTYPE_ALL_F32
+            F16 => 1,  // LLAMA_FTYPE_MOSTLY_F16
+            Q4_0 => 2, // LLAMA_FTYPE_MOSTLY_Q4_0
+            Q4_1 => 3, // LLAMA_FTYPE_MOSTLY_Q4_1
+            Q8_0 => 7, // LLAMA_FTYPE_MOSTLY_Q8_0
+            Q5_0 => 8, // LLAMA_FTYPE_MOSTLY_Q5_0
+            Q5_1 => 9, // LLAMA_FTYPE_MOSTLY_Q5_1
+            Q2_K => 10,
+            Q3_K => 11, // Q3_K_S
+            Q4_K => 14, // Q4_K_S
+            Q5_K => 16, // Q5_K_S
+            Q6_K => 18,
+            IQ2_XXS => 19,
+            IQ2_XS => 20,
+            IQ3_XXS => 23,
+            IQ1_S => 24,
+            IQ4_NL => 25,
+            IQ3_S => 26,
+            IQ2_S => 28,
+            IQ4_XS => 30,
+            IQ1_M => 31,
+            BF16 => 32,
+            TQ1_0 => 36,
+            TQ2_0 => 37,
+            MXFP4 => 38, // LLAMA_FTYPE_MOSTLY_MXFP4_MOE
+            Q8_1 | Q8_K | I8 | I16 | I32 | I64 | F64 => return None,
+        })
+    }
+
     /// Parses a name as `name()` prints it, in any case.
     pub fn from_name(s: &str) -> Option<Self> {
         ALL_TYPES

@@ -1,0 +1,193 @@
+//! Device memory: one `wgpu::Buffer` per tensor, allocated once (weights at
+//! load, activations and KV cache per session) and never freed while the
+//! backend lives, so tensor ids and cached bind groups stay valid.
+//!
+//! Every buffer is padded to a multiple of 4 bytes plus one spare word:
+//! kernels read GGUF blocks (18, 20, 22, 34, ... bytes) as u32 words at any
+//! byte offset, and an unaligned read near the end touches the next word.
+
+use crate::backend::{BackendError, Result, Tensor, WeightData};
+use crate::quant::GgmlType;
+
+use super::context::Context;
+
+pub struct Slot {
+    pub buffer: wgpu::Buffer,
+    /// The tensor's own bytes (before padding).
+    pub bytes: u64,
+    pub name: String,
+}
+
+#[derive(Default)]
+pub struct Buffers {
+    slots: Vec<Slot>,
+    /// Weight bytes uploaded through staging since the last wait.
+    staged: u64,
+}
+
+/// Staging bytes in flight before `load_weight` waits for the uploads.
+const STAGING_FLUSH_BYTES: u64 = 256 << 20;
+
+/// The padded size of a buffer holding `bytes`.
+pub fn padded(bytes: u64) -> u64 {
+    bytes.div_ceil(4) * 4 + 4
+}
+
+impl Buffers {
+    pub fn get(&self, t: Tensor) -> Result<&Slot> {
+        let slot = self
+            .slots
+            .get(t.id as usize)
+            .ok_or_else(|| BackendError::Other(format!("tensor id {} is not on this GPU", t.id)))?;
+        if t.n_bytes() as u64 > slot.bytes {
+            return Err(BackendError::Other(format!(
+                "tensor {} viewed as {}x{} {} needs {} bytes, it has {}",
+                slot.name,
+                t.rows,
+                t.cols,
+                t.dtype,
+                t.n_bytes(),
+                slot.bytes
+            )));
+        }
+        Ok(slot)
+    }
+
+    /// A zero-filled tensor (wgpu zero-initializes new buffers).
+    pub fn alloc(
+        &mut self,
+        ctx: &Context,
+        what: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor> {
+        let bytes = tensor_bytes(what, dtype, rows, cols)?;
+        let buffer = create(ctx, what, bytes, false)?;
+        Ok(self.push(buffer, what, bytes, dtype, rows, cols))
+    }
+
+    /// A weight, uploaded once. With zero copy the buffer is host-visible
+    /// device memory written in place; otherwise wgpu stages the mapped
+    /// range and copies it when unmapped.
+    pub fn load_weight(
+        &mut self,
+        ctx: &Context,
+        name: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &WeightData,
+    ) -> Result<Tensor> {
+        let bytes = tensor_bytes(name, dtype, rows, cols)?;
+        if data.len() as u64 != bytes {
+            return Err(BackendError::Other(format!(
+                "weight {name}: {} bytes given for {rows}x{cols} {dtype}, {bytes} expected",
+                data.len()
+            )));
+        }
+        let buffer = create(ctx, name, bytes, true)?;
+        {
+            let mut view = buffer
+                .get_mapped_range_mut(..)
+                .map_err(|e| BackendError::Other(format!("mapping weight {name}: {e}")))?;
+            let n = data.len();
+            let pad = view.len() - n;
+            view.slice(..n).copy_from_slice(data);
+            view.slice(n..).copy_from_slice(&[0u8; 8][..pad]);
+        }
+        buffer.unmap();
+        if !ctx.zero_copy {
+            // wgpu copies a mapped-at-creation buffer through a staging
+            // buffer that lives until the copy completes; flush and wait
+            // now and then so a model's worth of staging is never held.
+            ctx.queue.submit([]);
+            self.staged += bytes;
+            if self.staged > STAGING_FLUSH_BYTES {
+                self.staged = 0;
+                ctx.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| BackendError::DeviceLost(e.to_string()))?;
+            }
+        }
+        Ok(self.push(buffer, name, bytes, dtype, rows, cols))
+    }
+
+    fn push(
+        &mut self,
+        buffer: wgpu::Buffer,
+        name: &str,
+        bytes: u64,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Tensor {
+        self.slots.push(Slot {
+            buffer,
+            bytes,
+            name: name.to_string(),
+        });
+        Tensor {
+            id: (self.slots.len() - 1) as u32,
+            dtype,
+            rows,
+            cols,
+        }
+    }
+}
+
+fn tensor_bytes(what: &str, dtype: GgmlType, rows: usize, cols: usize) -> Result<u64> {
+    dtype
+        .row_bytes(cols)
+        .and_then(|r| r.checked_mul(rows))
+        .map(|b| b as u64)
+        .ok_or_else(|| {
+            BackendError::Other(format!(
+                "{what}: {rows}x{cols} is not a whole number of {dtype} blocks"
+            ))
+        })
+}
+
+/// Creates a storage buffer for `bytes`, refusing what the adapter cannot
+/// bind and turning out-of-memory into an error.
+fn create(ctx: &Context, what: &str, bytes: u64, mapped: bool) -> Result<wgpu::Buffer> {
+    let size = padded(bytes);
+    let limit = max_tensor_bytes(&ctx.limits);
+    if size > limit {
+        return Err(BackendError::TooLarge {
+            what: format!(
+                "{what} (one buffer; the adapter's max_storage_buffer_binding_size \
+                 and max_buffer_size)"
+            ),
+            bytes: size,
+            limit,
+        });
+    }
+    let mut usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    if mapped && ctx.zero_copy {
+        usage |= wgpu::BufferUsages::MAP_WRITE;
+    }
+    let scope = ctx.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some(what),
+        size,
+        usage,
+        mapped_at_creation: mapped,
+    });
+    if pollster::block_on(scope.pop()).is_some() {
+        return Err(BackendError::OutOfMemory {
+            what: what.to_string(),
+            bytes: size,
+        });
+    }
+    Ok(buffer)
+}
+
+/// The largest buffer a tensor may have: one binding, and byte offsets that
+/// fit the kernels' u32 arithmetic.
+pub fn max_tensor_bytes(l: &wgpu::Limits) -> u64 {
+    l.max_storage_buffer_binding_size
+        .min(l.max_buffer_size)
+        .min(u64::from(u32::MAX) & !3)
+}

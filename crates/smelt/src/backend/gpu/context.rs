@@ -1,0 +1,257 @@
+//! Adapters and devices: enumeration (for `smelt devices` and selection),
+//! what each adapter can do, and opening a device with the features and
+//! limits the kernels use.
+
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{BackendError, Result};
+
+use super::pipelines::ShaderFeatures;
+
+/// What an adapter is and can do, as `smelt devices` prints it.
+#[derive(Clone, Debug)]
+pub struct AdapterReport {
+    /// Position in [`adapters`]' order: what `--device N` selects.
+    pub index: usize,
+    pub name: String,
+    /// Discrete, integrated, virtual, CPU (software) or other.
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    /// Metal, Vulkan, DX12 or GL.
+    pub backend: String,
+    pub subgroups: bool,
+    pub subgroup_sizes: (u32, u32),
+    pub shader_f16: bool,
+    pub cooperative_matrix: bool,
+    pub timestamp_queries: bool,
+    pub mappable_primary_buffers: bool,
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    /// Host and device share memory (integrated and software adapters).
+    pub unified_memory: bool,
+    /// A software rasterizer (lavapipe, llvmpipe, WARP): used only when
+    /// asked for by name or index.
+    pub software: bool,
+}
+
+impl AdapterReport {
+    fn new(index: usize, a: &wgpu::Adapter) -> Self {
+        let info = a.get_info();
+        let f = a.features();
+        let l = a.limits();
+        let software = info.device_type == wgpu::DeviceType::Cpu;
+        Self {
+            index,
+            name: info.name.clone(),
+            device_type: format!("{:?}", info.device_type),
+            driver: info.driver.clone(),
+            driver_info: info.driver_info.clone(),
+            backend: format!("{:?}", info.backend),
+            subgroups: f.contains(wgpu::Features::SUBGROUP),
+            subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
+            shader_f16: f.contains(wgpu::Features::SHADER_F16),
+            cooperative_matrix: f.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX),
+            timestamp_queries: f.contains(wgpu::Features::TIMESTAMP_QUERY),
+            mappable_primary_buffers: f.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS),
+            max_buffer_size: l.max_buffer_size,
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+            max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+            // wgpu does not report memory heaps; integrated GPUs (Apple
+            // silicon included) and software adapters share host memory.
+            unified_memory: matches!(
+                info.device_type,
+                wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
+            ),
+            software,
+        }
+    }
+
+    /// A real GPU: what `auto` may pick.
+    pub fn is_hardware(&self) -> bool {
+        !self.software && matches!(self.device_type.as_str(), "DiscreteGpu" | "IntegratedGpu")
+    }
+}
+
+/// Vulkan, Metal and DX12 unless `WGPU_BACKEND` names others (e.g. `gl`):
+/// probing GL on a headless Linux machine only prints EGL noise.
+fn backends() -> wgpu::Backends {
+    wgpu::Backends::from_env().unwrap_or(wgpu::Backends::PRIMARY)
+}
+
+fn instance() -> wgpu::Instance {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle();
+    // No validation layers or debug labels in the hot path.
+    desc.flags = wgpu::InstanceFlags::empty();
+    desc.backends = backends();
+    wgpu::Instance::new(desc)
+}
+
+/// Every adapter, in a stable order: as the drivers list them, GL (when
+/// asked for) last.
+pub fn adapters() -> Vec<(AdapterReport, wgpu::Adapter)> {
+    let inst = instance();
+    let mut list = pollster::block_on(inst.enumerate_adapters(backends()));
+    list.sort_by_key(|a| a.get_info().backend == wgpu::Backend::Gl);
+    list.into_iter()
+        .enumerate()
+        .map(|(i, a)| (AdapterReport::new(i, &a), a))
+        .collect()
+}
+
+/// Which features to use, of those the adapter has. Tests switch them off to
+/// exercise the fallbacks.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuOptions {
+    /// `Some(i)`: adapter `i` of [`adapters`]; `None`: the best one.
+    pub device: Option<usize>,
+    pub allow_subgroups: bool,
+    pub allow_shader_f16: bool,
+    /// Write weights straight into mapped device memory where the adapter
+    /// has unified memory and `MAPPABLE_PRIMARY_BUFFERS`.
+    pub allow_zero_copy: bool,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            device: None,
+            allow_subgroups: true,
+            allow_shader_f16: true,
+            allow_zero_copy: true,
+        }
+    }
+}
+
+/// An open device and what was enabled on it.
+pub struct Context {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub report: AdapterReport,
+    pub limits: wgpu::Limits,
+    pub features: ShaderFeatures,
+    pub zero_copy: bool,
+    /// The first uncaptured error or the device-lost reason, reported by the
+    /// next call that waits on the device.
+    pub error: Arc<Mutex<Option<BackendError>>>,
+}
+
+/// Ranks adapters for "the best GPU": discrete, integrated, then anything
+/// else, non-GL first.
+fn rank(r: &AdapterReport) -> u32 {
+    let t = match r.device_type.as_str() {
+        "DiscreteGpu" => 0,
+        "IntegratedGpu" => 1,
+        "VirtualGpu" => 2,
+        _ => 3,
+    };
+    t * 2 + u32::from(r.backend == "Gl")
+}
+
+/// The adapter `auto` would use: the best hardware GPU, if any.
+pub fn best_hardware() -> Option<AdapterReport> {
+    adapters()
+        .into_iter()
+        .map(|(r, _)| r)
+        .filter(AdapterReport::is_hardware)
+        .min_by_key(rank)
+}
+
+impl Context {
+    pub fn open(opts: &GpuOptions) -> Result<Self> {
+        let mut list = adapters();
+        if list.is_empty() {
+            return Err(BackendError::NoAdapter(
+                "no Vulkan, Metal, DX12 or GL adapter was found".into(),
+            ));
+        }
+        let pick = match opts.device {
+            Some(i) => {
+                if i >= list.len() {
+                    return Err(BackendError::NoAdapter(format!(
+                        "device {i} does not exist; `smelt devices` lists {} (0..{})",
+                        list.len(),
+                        list.len() - 1
+                    )));
+                }
+                i
+            }
+            None => (0..list.len())
+                .min_by_key(|&i| rank(&list[i].0))
+                .unwrap_or(0),
+        };
+        let (report, adapter) = list.swap_remove(pick);
+        let af = adapter.features();
+        let features = ShaderFeatures {
+            subgroups: opts.allow_subgroups && af.contains(wgpu::Features::SUBGROUP),
+            shader_f16: opts.allow_shader_f16 && af.contains(wgpu::Features::SHADER_F16),
+        };
+        let zero_copy = opts.allow_zero_copy
+            && report.unified_memory
+            && af.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
+        let mut required = wgpu::Features::empty();
+        if features.subgroups {
+            required |= wgpu::Features::SUBGROUP;
+        }
+        if features.shader_f16 {
+            required |= wgpu::Features::SHADER_F16;
+        }
+        if zero_copy {
+            required |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
+        // Ask for everything the adapter allows: model weights want the
+        // largest buffers and bindings it has.
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("smelt"),
+            required_features: required,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| BackendError::NoAdapter(format!("{}: {e}", report.name)))?;
+
+        let error = Arc::new(Mutex::new(None));
+        let sink = Arc::clone(&error);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            let err = match e {
+                wgpu::Error::OutOfMemory { .. } => BackendError::OutOfMemory {
+                    what: "a GPU buffer".into(),
+                    bytes: 0,
+                },
+                other => BackendError::Other(format!("GPU error: {other}")),
+            };
+            let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert(err);
+        }));
+        let sink = Arc::clone(&error);
+        device.set_device_lost_callback(move |reason, msg| {
+            if reason != wgpu::DeviceLostReason::Destroyed {
+                let mut slot = sink.lock().unwrap_or_else(|p| p.into_inner());
+                slot.get_or_insert(BackendError::DeviceLost(format!("{reason:?}: {msg}")));
+            }
+        });
+        Ok(Self {
+            device,
+            queue,
+            report,
+            limits,
+            features,
+            zero_copy,
+            error,
+        })
+    }
+
+    /// The first error the device reported since the last check.
+    pub fn take_error(&self) -> Result<()> {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,309 @@
+// Weight decoding, in registers, straight from GGUF blocks.
+//
+// The kernel that includes this declares `wq: array<u32>`: a weight tensor
+// in its GGUF layout, rows of `row_bytes` bytes of consecutive blocks. Blocks
+// are 18, 20, 22, 34, 144, 176 or 210 bytes, so fields are not 4-byte
+// aligned: rd8/rd16/rd32 read little-endian values at any byte offset (the
+// buffer is padded so the word after the last one exists).
+//
+// One define picks the type: TYPE_F32, TYPE_F16, TYPE_Q4_0, TYPE_Q4_1,
+// TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0, TYPE_Q4_K, TYPE_Q5_K or TYPE_Q6_K. Each
+// type provides
+//   dq8(rb, i): values 8i..8i+8 of the row starting at byte rb;
+//   dq1(rb, k): value k of that row.
+// PLAIN is defined for F32 and F16, whose rows may have any length; the
+// block types always hold whole groups of 8. With WQ_F16 (F16 weights on an
+// adapter with shader-f16) `wq` is `array<f16>` and read natively.
+
+#ifndef WQ_F16
+fn rd8(b: u32) -> u32 {
+    return (wq[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
+}
+
+fn rd32(b: u32) -> u32 {
+    let s = (b & 3u) * 8u;
+    let lo = wq[b >> 2u];
+    if (s == 0u) {
+        return lo;
+    }
+    return (lo >> s) | (wq[(b >> 2u) + 1u] << (32u - s));
+}
+
+fn rd16(b: u32) -> u32 {
+    return rd32(b) & 0xffffu;
+}
+
+fn rdf16(b: u32) -> f32 {
+    return h2(rd16(b)).x;
+}
+#endif
+
+struct V8 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+}
+
+// The low nibble of each byte of w, as 4 values.
+fn nib_lo(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xfu));
+}
+
+fn nib_hi(w: u32) -> vec4<f32> {
+    return nib_lo(w >> 4u);
+}
+
+// Bit s of each byte of w.
+fn bit_b4(w: u32, s: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + s)) & vec4<u32>(1u));
+}
+
+// Bits s, s+1 of each byte of w.
+fn bits2_b4(w: u32, s: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> (vec4<u32>(0u, 8u, 16u, 24u) + s)) & vec4<u32>(3u));
+}
+
+// Bits s..s+4 of x, one per value (Q5_0/Q5_1 high bits).
+fn bits4(x: u32, s: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(x) >> (vec4<u32>(0u, 1u, 2u, 3u) + s)) & vec4<u32>(1u));
+}
+
+// The 4 bytes of w as signed values.
+fn sbytes(w: u32) -> vec4<f32> {
+    return vec4<f32>(vec4<i32>(
+        bitcast<i32>(w << 24u) >> 24u,
+        bitcast<i32>(w << 16u) >> 24u,
+        bitcast<i32>(w << 8u) >> 24u,
+        bitcast<i32>(w) >> 24u,
+    ));
+}
+
+#ifdef TYPE_F32
+fn dq1(rb: u32, k: u32) -> f32 {
+    return bitcast<f32>(rd32(rb + 4u * k));
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    let b = rb + 32u * i;
+    return V8(
+        bitcast<vec4<f32>>(vec4<u32>(rd32(b), rd32(b + 4u), rd32(b + 8u), rd32(b + 12u))),
+        bitcast<vec4<f32>>(vec4<u32>(rd32(b + 16u), rd32(b + 20u), rd32(b + 24u), rd32(b + 28u))),
+    );
+}
+#endif
+
+#ifdef TYPE_F16
+#ifdef WQ_F16
+fn dq1(rb: u32, k: u32) -> f32 {
+    return f32(wq[rb / 2u + k]);
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    let e = rb / 2u + 8u * i;
+    return V8(
+        vec4<f32>(vec4<f16>(wq[e], wq[e + 1u], wq[e + 2u], wq[e + 3u])),
+        vec4<f32>(vec4<f16>(wq[e + 4u], wq[e + 5u], wq[e + 6u], wq[e + 7u])),
+    );
+}
+#else
+fn dq1(rb: u32, k: u32) -> f32 {
+    return rdf16(rb + 2u * k);
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    let b = rb + 16u * i;
+    return V8(
+        vec4<f32>(h2(rd32(b)), h2(rd32(b + 4u))),
+        vec4<f32>(h2(rd32(b + 8u)), h2(rd32(b + 12u))),
+    );
+}
+#endif
+#endif
+
+// Q4_0: { d: f16, qs: [u8; 16] }, 32 values: qs low nibbles are values
+// 0..16, high nibbles 16..32; value = (q - 8) * d.
+#ifdef TYPE_Q4_0
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 18u;
+    let j = (i % 4u) * 8u;
+    let d = rdf16(bo);
+    let q0 = rd32(bo + 2u + j % 16u);
+    let q1 = rd32(bo + 6u + j % 16u);
+    if (j < 16u) {
+        return V8((nib_lo(q0) - 8.0) * d, (nib_lo(q1) - 8.0) * d);
+    }
+    return V8((nib_hi(q0) - 8.0) * d, (nib_hi(q1) - 8.0) * d);
+}
+#endif
+
+// Q4_1: { d: f16, m: f16, qs: [u8; 16] }; value = q * d + m.
+#ifdef TYPE_Q4_1
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 20u;
+    let j = (i % 4u) * 8u;
+    let d = rdf16(bo);
+    let m = rdf16(bo + 2u);
+    let q0 = rd32(bo + 4u + j % 16u);
+    let q1 = rd32(bo + 8u + j % 16u);
+    if (j < 16u) {
+        return V8(nib_lo(q0) * d + m, nib_lo(q1) * d + m);
+    }
+    return V8(nib_hi(q0) * d + m, nib_hi(q1) * d + m);
+}
+#endif
+
+// Q5_0: { d: f16, qh: u32, qs: [u8; 16] }; bit t of qh is the fifth bit of
+// value t; value = (q - 16) * d.
+#ifdef TYPE_Q5_0
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 22u;
+    let j = (i % 4u) * 8u;
+    let d = rdf16(bo);
+    let qh = rd32(bo + 2u);
+    let q0 = rd32(bo + 6u + j % 16u);
+    let q1 = rd32(bo + 10u + j % 16u);
+    var lo = nib_lo(q0);
+    var hi = nib_lo(q1);
+    if (j >= 16u) {
+        lo = nib_hi(q0);
+        hi = nib_hi(q1);
+    }
+    return V8(
+        (lo + 16.0 * bits4(qh, j) - 16.0) * d,
+        (hi + 16.0 * bits4(qh, j + 4u) - 16.0) * d,
+    );
+}
+#endif
+
+// Q5_1: { d: f16, m: f16, qh: u32, qs: [u8; 16] }; value = q * d + m.
+#ifdef TYPE_Q5_1
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 24u;
+    let j = (i % 4u) * 8u;
+    let d = rdf16(bo);
+    let m = rdf16(bo + 2u);
+    let qh = rd32(bo + 4u);
+    let q0 = rd32(bo + 8u + j % 16u);
+    let q1 = rd32(bo + 12u + j % 16u);
+    var lo = nib_lo(q0);
+    var hi = nib_lo(q1);
+    if (j >= 16u) {
+        lo = nib_hi(q0);
+        hi = nib_hi(q1);
+    }
+    return V8(
+        (lo + 16.0 * bits4(qh, j)) * d + m,
+        (hi + 16.0 * bits4(qh, j + 4u)) * d + m,
+    );
+}
+#endif
+
+// Q8_0: { d: f16, qs: [i8; 32] }; value = q * d.
+#ifdef TYPE_Q8_0
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 34u;
+    let j = (i % 4u) * 8u;
+    let d = rdf16(bo);
+    return V8(sbytes(rd32(bo + 2u + j)) * d, sbytes(rd32(bo + 6u + j)) * d);
+}
+#endif
+
+// Q4_K and Q5_K pack 8 six-bit (scale, min) pairs of their 32-value
+// sub-blocks into 12 bytes at byte 4 (ggml's get_scale_min_k4).
+#ifdef K_SCALES
+fn k4_scale_min(sb: u32, j: u32) -> vec2<f32> {
+    if (j < 4u) {
+        return vec2<f32>(f32(rd8(sb + j) & 63u), f32(rd8(sb + j + 4u) & 63u));
+    }
+    let a = rd8(sb + j + 4u);
+    return vec2<f32>(
+        f32((a & 0xfu) | ((rd8(sb + j - 4u) >> 6u) << 4u)),
+        f32((a >> 4u) | ((rd8(sb + j) >> 6u) << 4u)),
+    );
+}
+#endif
+
+// Q4_K: { d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128] }, 256 values
+// in 4 chunks of 64: the low nibbles of a chunk's 32 bytes are sub-block 2c,
+// the high nibbles sub-block 2c+1; value = d * sc * q - dmin * m.
+#ifdef TYPE_Q4_K
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 32u) * 144u;
+    let t = (i % 32u) * 8u;
+    let c = t / 64u;
+    let r = t % 64u;
+    let hi = r >= 32u;
+    let sm = k4_scale_min(bo + 4u, 2u * c + select(0u, 1u, hi));
+    let d = rdf16(bo) * sm.x;
+    let m = rdf16(bo + 2u) * sm.y;
+    let qb = bo + 16u + c * 32u + r % 32u;
+    let q0 = rd32(qb);
+    let q1 = rd32(qb + 4u);
+    if (hi) {
+        return V8(nib_hi(q0) * d - m, nib_hi(q1) * d - m);
+    }
+    return V8(nib_lo(q0) * d - m, nib_lo(q1) * d - m);
+}
+#endif
+
+// Q5_K: { d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] }: as
+// Q4_K, plus bit (2c + hi) of qh[l] as the fifth bit of value l of chunk c.
+#ifdef TYPE_Q5_K
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 32u) * 176u;
+    let t = (i % 32u) * 8u;
+    let c = t / 64u;
+    let r = t % 64u;
+    let l = r % 32u;
+    let hi = select(0u, 1u, r >= 32u);
+    let sm = k4_scale_min(bo + 4u, 2u * c + hi);
+    let d = rdf16(bo) * sm.x;
+    let m = rdf16(bo + 2u) * sm.y;
+    let h0 = bit_b4(rd32(bo + 16u + l), 2u * c + hi) * 16.0;
+    let h1 = bit_b4(rd32(bo + 20u + l), 2u * c + hi) * 16.0;
+    let q0 = rd32(bo + 48u + c * 32u + l);
+    let q1 = rd32(bo + 52u + c * 32u + l);
+    if (hi == 1u) {
+        return V8((nib_hi(q0) + h0) * d - m, (nib_hi(q1) + h1) * d - m);
+    }
+    return V8((nib_lo(q0) + h0) * d - m, (nib_lo(q1) + h1) * d - m);
+}
+#endif
+
+// Q6_K: { ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16 }, 256
+// values in 2 halves of 128, each 4 groups g of 32: low 4 bits from ql
+// (low nibbles for g < 2), high 2 bits from bits 2g of qh; value =
+// d * scale * (q - 32).
+#ifdef TYPE_Q6_K
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 32u) * 210u;
+    let t = (i % 32u) * 8u;
+    let n = t / 128u;
+    let r = t % 128u;
+    let g = r / 32u;
+    let l = r % 32u;
+    let qlb = bo + 64u * n + (g & 1u) * 32u + l;
+    let qhb = bo + 128u + 32u * n + l;
+    let sc = f32(bitcast<i32>(rd8(bo + 192u + 8u * n + l / 16u + 2u * g) << 24u) >> 24u);
+    let d = rdf16(bo + 208u) * sc;
+    var lo0 = nib_lo(rd32(qlb));
+    var lo1 = nib_lo(rd32(qlb + 4u));
+    if (g >= 2u) {
+        lo0 = nib_hi(rd32(qlb));
+        lo1 = nib_hi(rd32(qlb + 4u));
+    }
+    let h0 = bits2_b4(rd32(qhb), 2u * g) * 16.0;
+    let h1 = bits2_b4(rd32(qhb + 4u), 2u * g) * 16.0;
+    return V8((lo0 + h0 - 32.0) * d, (lo1 + h1 - 32.0) * d);
+}
+#endif
+
+#ifndef PLAIN
+fn dq1(rb: u32, k: u32) -> f32 {
+    let v = dq8(rb, k / 8u);
+    let e = k % 8u;
+    if (e < 4u) {
+        return v.a[e];
+    }
+    return v.b[e - 4u];
+}
+#endif

@@ -1,0 +1,55 @@
+// RoPE: rotates pairs of each head by pos · freq_scale · base^(-2i/n_dims)
+// (divided by freq_factors[i] when given). Normal mode pairs (2i, 2i+1);
+// the NEOX define pairs (i, i + n_dims/2). Values past n_dims pass through.
+// One invocation per pair; x and out may be the same buffer.
+//
+// Params: 0 rows, 1 n_heads, 2 head_dim, 3 n_dims, 4 freq_base (f32),
+// 5 freq_scale (f32), 6 has freq_factors.
+
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, n_heads * head_dim)
+@group(0) @binding(2) var<storage, read_write> pos: array<i32>;   // (rows)
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (rows, n_heads * head_dim)
+@group(0) @binding(4) var<storage, read_write> ff: array<f32>;    // (n_dims / 2), or a dummy
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = gid.x + gid.y * nwg.x * 64u;
+    let n_heads = pu(1);
+    let hd = pu(2);
+    let n_dims = pu(3);
+    let half_pairs = hd / 2u;
+    if (g >= pu(0) * n_heads * half_pairs) {
+        return;
+    }
+    let p = g % half_pairs;
+    let row = g / (n_heads * half_pairs);
+    let base = (g / half_pairs) * hd;
+    let nd2 = n_dims / 2u;
+    if (p >= nd2) {
+#ifdef NEOX
+        let i0 = base + n_dims + 2u * (p - nd2);
+#else
+        let i0 = base + 2u * p;
+#endif
+        out[i0] = x[i0];
+        out[i0 + 1u] = x[i0 + 1u];
+        return;
+    }
+#ifdef NEOX
+    let i0 = base + p;
+    let i1 = base + p + nd2;
+#else
+    let i0 = base + 2u * p;
+    let i1 = i0 + 1u;
+#endif
+    var theta = f32(pos[row]) * pf(5) * pow(pf(4), -2.0 * f32(p) / f32(n_dims));
+    if (pu(6) != 0u) {
+        theta /= ff[p];
+    }
+    let c = cos(theta);
+    let s = sin(theta);
+    let x0 = x[i0];
+    let x1 = x[i1];
+    out[i0] = x0 * c - x1 * s;
+    out[i1] = x0 * s + x1 * c;
+}

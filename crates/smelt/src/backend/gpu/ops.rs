@@ -1,0 +1,346 @@
+//! The contract's ops on the GPU. Each runs the contract's shared shape and
+//! type checks (`cpu::check`, the same the CPU runs), then the kernels' own
+//! limits: a bad call is an error, never a panic or an out-of-bounds
+//! dispatch. Then it packs its parameters and records one dispatch.
+
+use crate::backend::cpu::check as contract;
+use crate::backend::{
+    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Stats, Tensor, WeightData,
+};
+use crate::quant::GgmlType::{self, F16, F32};
+
+use super::pipelines::{Elementwise, Kernel, WEIGHT_TYPES};
+use super::{GpuBackend, P, params};
+
+/// Up to this many tokens a matmul runs as mat-vec (weights streamed once
+/// per token); above it, the tiled kernel.
+const MATVEC_MAX_TOKENS: usize = 4;
+
+/// Largest head the attention kernel holds (4 dims per invocation of 64).
+const MAX_HEAD_DIM: usize = 256;
+
+/// A limit of the GPU kernels beyond the contract.
+fn limit(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(BackendError::Shape {
+            op,
+            detail: detail(),
+        })
+    }
+}
+
+fn u(x: usize) -> P {
+    // Tensors are capped below 4 GiB (buffers::max_tensor_bytes), so every
+    // count and offset fits.
+    P::U(x as u32)
+}
+
+impl GpuBackend {
+    fn require(&self, op: Op, dtype: GgmlType) -> Result<()> {
+        if self.supports(op, dtype) {
+            Ok(())
+        } else {
+            Err(BackendError::Unsupported {
+                backend: self.name(),
+                op,
+                dtype,
+            })
+        }
+    }
+
+    /// The elementwise family; `b` is absent only for `scale`.
+    fn elementwise(
+        &mut self,
+        op: Elementwise,
+        a: Tensor,
+        b: Option<Tensor>,
+        s: f32,
+        out: Tensor,
+    ) -> Result<()> {
+        let n = a.n_elements();
+        let mut bound = vec![a, out];
+        let mut b_len = n;
+        if let Some(b) = b {
+            b_len = b.n_elements();
+            bound.push(b);
+        }
+        self.run(
+            Kernel::Elementwise(op),
+            params(&[u(n), u(b_len.max(1)), P::F(s)]),
+            &bound,
+            n.div_ceil(256) as u64,
+        )
+    }
+}
+
+impl Backend for GpuBackend {
+    fn name(&self) -> String {
+        format!(
+            "gpu ({}, {})",
+            self.ctx.report.name, self.ctx.report.backend
+        )
+    }
+
+    fn caps(&self) -> Caps {
+        self.gpu_caps()
+    }
+
+    fn supports(&self, op: Op, dtype: GgmlType) -> bool {
+        match op {
+            Op::GetRows | Op::MatMul => WEIGHT_TYPES.contains(&dtype),
+            Op::SetRows | Op::Attention | Op::Copy => matches!(dtype, F32 | F16),
+            _ => dtype == F32,
+        }
+    }
+
+    fn alloc(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
+        self.alloc_tensor(dtype, rows, cols)
+    }
+
+    fn load_weight(
+        &mut self,
+        name: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: WeightData,
+    ) -> Result<Tensor> {
+        self.load(name, dtype, rows, cols, &data)
+    }
+
+    fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
+        self.write_bytes(t, bytes)
+    }
+
+    fn read(&mut self, t: Tensor, out: &mut [u8]) -> Result<()> {
+        self.read_bytes(t, out)
+    }
+
+    fn synchronize(&mut self) -> Result<()> {
+        self.sync()
+    }
+
+    fn stats(&self) -> Stats {
+        self.gpu_stats()
+    }
+
+    fn get_rows(&mut self, table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        self.require(Op::GetRows, table.dtype)?;
+        contract::get_rows(table, ids, out)?;
+        let n = ids.n_elements();
+        let row_bytes = table.dtype.row_bytes(table.cols).unwrap_or(0);
+        let per_row = if table.dtype.is_quantized() {
+            table.cols / 8
+        } else {
+            table.cols
+        };
+        self.run(
+            Kernel::GetRows(table.dtype),
+            params(&[u(n), u(table.cols), u(row_bytes), u(table.rows)]),
+            &[table, ids, out],
+            (n * per_row).div_ceil(64) as u64,
+        )
+    }
+
+    fn set_rows(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+        let op = Op::SetRows;
+        self.require(op, dst.dtype)?;
+        contract::set_rows(src, ids, dst)?;
+        // Each invocation writes one whole u32 word of an F16 row.
+        limit(op, dst.dtype == F32 || dst.cols.is_multiple_of(2), || {
+            format!(
+                "an F16 destination needs an even row length, not {}",
+                dst.cols
+            )
+        })?;
+        let n = ids.n_elements();
+        let per_row = if dst.dtype == F16 {
+            dst.cols / 2
+        } else {
+            dst.cols
+        };
+        self.run(
+            Kernel::SetRows(dst.dtype),
+            params(&[u(n), u(dst.cols), u(dst.rows)]),
+            &[src, dst, ids],
+            (n * per_row).div_ceil(256) as u64,
+        )
+    }
+
+    fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
+        contract::rms_norm(x, weight, out)?;
+        let mut bound = vec![x, out];
+        bound.extend(weight);
+        self.run(
+            Kernel::RmsNorm {
+                weight: weight.is_some(),
+            },
+            params(&[u(x.rows), u(x.cols), P::F(eps)]),
+            &bound,
+            x.rows as u64,
+        )
+    }
+
+    fn rope(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
+        let op = Op::Rope;
+        contract::rope(x, pos, p, out)?;
+        // One invocation per pair of values.
+        limit(
+            op,
+            p.head_dim.is_multiple_of(2) && p.n_dims.is_multiple_of(2),
+            || {
+                format!(
+                    "n_dims {} and head_dim {} must be even",
+                    p.n_dims, p.head_dim
+                )
+            },
+        )?;
+        self.run(
+            Kernel::Rope(p.mode),
+            params(&[
+                u(x.rows),
+                u(p.n_heads),
+                u(p.head_dim),
+                u(p.n_dims),
+                P::F(p.freq_base),
+                P::F(p.freq_scale),
+                u(usize::from(p.freq_factors.is_some())),
+            ]),
+            &[x, pos, out, p.freq_factors.unwrap_or(self.dummy)],
+            (x.rows * p.n_heads * p.head_dim / 2).div_ceil(64) as u64,
+        )
+    }
+
+    fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
+        self.require(Op::MatMul, w.dtype)?;
+        contract::matmul(w, x, out)?;
+        let (m, k, n) = (w.rows, w.cols, x.rows);
+        let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
+        if n <= MATVEC_MAX_TOKENS {
+            let blocks = m.div_ceil(4);
+            self.run(
+                Kernel::MatVec(w.dtype),
+                params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
+                &[w, x, out],
+                (blocks * n) as u64,
+            )
+        } else {
+            let tiles_m = m.div_ceil(64);
+            self.run(
+                Kernel::MatMul(w.dtype),
+                params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m)]),
+                &[w, x, out],
+                (tiles_m * n.div_ceil(64)) as u64,
+            )
+        }
+    }
+
+    fn attention(
+        &mut self,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        pos: Tensor,
+        seq: Tensor,
+        p: &AttentionParams,
+        out: Tensor,
+    ) -> Result<()> {
+        let op = Op::Attention;
+        self.require(op, k_cache.dtype)?;
+        contract::attention(q, k_cache, v_cache, pos, seq, p, out)?;
+        limit(op, k_cache.dtype == v_cache.dtype, || {
+            format!("K cache {} and V cache {}", k_cache.dtype, v_cache.dtype)
+        })?;
+        // Output dims are spread 4 per invocation; f16 caches are read in
+        // pairs.
+        limit(
+            op,
+            p.head_dim <= MAX_HEAD_DIM && p.head_dim.is_multiple_of(2),
+            || {
+                format!(
+                    "head_dim {} (the GPU kernel takes even sizes up to {MAX_HEAD_DIM})",
+                    p.head_dim
+                )
+            },
+        )?;
+        self.run(
+            Kernel::Attention(k_cache.dtype),
+            params(&[
+                u(q.rows),
+                u(p.n_heads),
+                u(p.n_kv_heads),
+                u(p.head_dim),
+                u(p.ctx),
+                u(p.window.unwrap_or(0)),
+                P::F(p.scale),
+                P::F(p.softcap.unwrap_or(0.0)),
+                u(k_cache.rows),
+            ]),
+            &[q, k_cache, v_cache, pos, seq, out],
+            (q.rows * p.n_heads) as u64,
+        )
+    }
+
+    fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        contract::binary(Op::Add, a, b, out)?;
+        self.elementwise(Elementwise::Add, a, Some(b), 0.0, out)
+    }
+
+    fn mul(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        contract::binary(Op::Mul, a, b, out)?;
+        self.elementwise(Elementwise::Mul, a, Some(b), 0.0, out)
+    }
+
+    fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()> {
+        contract::scale(x, out)?;
+        self.elementwise(Elementwise::Scale, x, None, s, out)
+    }
+
+    fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        contract::glu(Op::SiluMul, gate, up, out)?;
+        self.elementwise(Elementwise::SiluMul, gate, Some(up), 0.0, out)
+    }
+
+    fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        contract::glu(Op::GeluMul, gate, up, out)?;
+        self.elementwise(Elementwise::GeluMul, gate, Some(up), 0.0, out)
+    }
+
+    fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
+        contract::softmax(x, out)?;
+        self.run(
+            Kernel::Softmax,
+            params(&[u(x.rows), u(x.cols)]),
+            &[x, out],
+            x.rows as u64,
+        )
+    }
+
+    fn argmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
+        contract::argmax(x, out)?;
+        limit(Op::Argmax, x.cols > 0, || "rows of 0 values".into())?;
+        self.run(
+            Kernel::Argmax,
+            params(&[u(x.rows), u(x.cols)]),
+            &[x, out],
+            x.rows as u64,
+        )
+    }
+
+    fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()> {
+        contract::copy(src, dst)?;
+        let n = src.n_elements();
+        let threads = if dst.dtype == F16 { n.div_ceil(2) } else { n };
+        self.run(
+            Kernel::Copy {
+                src: src.dtype,
+                dst: dst.dtype,
+            },
+            params(&[u(n)]),
+            &[src, dst],
+            threads.div_ceil(256) as u64,
+        )
+    }
+}

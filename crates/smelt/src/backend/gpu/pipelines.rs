@@ -1,0 +1,408 @@
+//! The kernel table: every compute kernel, its WGSL source built from the
+//! embedded `.wgsl` files with defines, its bindings, and the cache of
+//! compiled pipelines keyed by [`Kernel`].
+//!
+//! WGSL has no preprocessor, so variants come from a small one here:
+//! `#ifdef NAME`, `#ifndef NAME`, `#else`, `#endif` lines, and `{{NAME}}`
+//! replaced by a define's value. One `.wgsl` file per op family; the type of
+//! a weight, the f16 path and the subgroup path are defines, not copies.
+
+use std::collections::HashMap;
+
+use crate::backend::RopeMode;
+use crate::quant::GgmlType;
+
+/// The embedded sources, one file per op family.
+mod src {
+    pub const COMMON: &str = include_str!("kernels/common.wgsl");
+    pub const REDUCE: &str = include_str!("kernels/reduce.wgsl");
+    pub const QUANT: &str = include_str!("kernels/quant.wgsl");
+    pub const GET_ROWS: &str = include_str!("kernels/get_rows.wgsl");
+    pub const MATVEC: &str = include_str!("kernels/matvec.wgsl");
+    pub const MATMUL: &str = include_str!("kernels/matmul.wgsl");
+    pub const NORM: &str = include_str!("kernels/norm.wgsl");
+    pub const ROPE: &str = include_str!("kernels/rope.wgsl");
+    pub const ATTENTION: &str = include_str!("kernels/attention.wgsl");
+    pub const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
+    pub const SOFTMAX: &str = include_str!("kernels/softmax.wgsl");
+    pub const COPY: &str = include_str!("kernels/copy.wgsl");
+}
+
+/// Weight types the matmul and get_rows kernels decode.
+pub const WEIGHT_TYPES: [GgmlType; 10] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Elementwise ops of `elementwise.wgsl`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Elementwise {
+    Add,
+    Mul,
+    Scale,
+    SiluMul,
+    GeluMul,
+}
+
+/// One compute kernel variant (without the adapter features).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    GetRows(GgmlType),
+    /// One workgroup per (token, output row): decode.
+    MatVec(GgmlType),
+    /// 64 × 64 output tiles: prefill.
+    MatMul(GgmlType),
+    RmsNorm {
+        weight: bool,
+    },
+    Rope(RopeMode),
+    /// The cache type, F32 or F16.
+    Attention(GgmlType),
+    Elementwise(Elementwise),
+    Softmax,
+    Argmax,
+    Copy {
+        src: GgmlType,
+        dst: GgmlType,
+    },
+    /// The destination (cache) type, F32 or F16.
+    SetRows(GgmlType),
+}
+
+/// Adapter capabilities a kernel may be built for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ShaderFeatures {
+    /// Subgroup reductions (`subgroupAdd`, `subgroupMax`).
+    pub subgroups: bool,
+    /// Native `f16` (WGSL `enable f16;`) for unpacking f16 words.
+    pub shader_f16: bool,
+}
+
+/// How a kernel's storage binding is declared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    ReadWrite,
+}
+
+/// Workgroup size of the kernels that reduce across a workgroup.
+const WG_MATVEC: u32 = 64;
+const WG_ROW: u32 = 256;
+const WG_ATTENTION: u32 = 64;
+
+impl Kernel {
+    /// Every kernel the backend can build, for the naga/Metal test.
+    pub fn all() -> Vec<Kernel> {
+        use GgmlType::{F16, F32};
+        let mut v = Vec::new();
+        for t in WEIGHT_TYPES {
+            v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
+        }
+        v.extend([
+            Kernel::RmsNorm { weight: false },
+            Kernel::RmsNorm { weight: true },
+            Kernel::Rope(RopeMode::Normal),
+            Kernel::Rope(RopeMode::Neox),
+            Kernel::Attention(F32),
+            Kernel::Attention(F16),
+            Kernel::Softmax,
+            Kernel::Argmax,
+            Kernel::SetRows(F32),
+            Kernel::SetRows(F16),
+        ]);
+        for op in [
+            Elementwise::Add,
+            Elementwise::Mul,
+            Elementwise::Scale,
+            Elementwise::SiluMul,
+            Elementwise::GeluMul,
+        ] {
+            v.push(Kernel::Elementwise(op));
+        }
+        for src in [F32, F16] {
+            for dst in [F32, F16] {
+                v.push(Kernel::Copy { src, dst });
+            }
+        }
+        v
+    }
+
+    /// The storage bindings after the parameter block (binding 0), in
+    /// binding order, as the WGSL declares them.
+    pub fn bindings(self) -> &'static [Access] {
+        use Access::{Read as R, ReadWrite as RW};
+        match self {
+            Kernel::GetRows(_) | Kernel::MatVec(_) | Kernel::MatMul(_) => &[R, RW, RW],
+            Kernel::RmsNorm { weight: false } => &[RW, RW],
+            Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
+            Kernel::Rope(_) => &[RW, RW, RW, RW],
+            Kernel::Attention(_) => &[RW, R, R, RW, RW, RW],
+            Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
+            Kernel::Elementwise(_) => &[RW, RW, RW],
+            Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
+            Kernel::SetRows(_) => &[RW, RW, RW],
+        }
+    }
+
+    /// A short name for labels and the perf table.
+    pub fn label(self) -> String {
+        format!("{self:?}")
+    }
+
+    /// The kernel's full WGSL source for these features.
+    pub fn source(self, f: ShaderFeatures) -> String {
+        let mut defines: Vec<(&str, String)> = Vec::new();
+        let mut def = |name: &'static str| defines.push((name, String::new()));
+        if f.subgroups {
+            def("SUBGROUPS");
+        }
+        if f.shader_f16 {
+            def("SHADER_F16");
+        }
+        let mut parts = vec![src::COMMON];
+        let mut wg = WG_ROW;
+        match self {
+            Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
+                type_defines(t, &mut def);
+                parts.push(src::QUANT);
+                match self {
+                    Kernel::GetRows(_) => parts.push(src::GET_ROWS),
+                    Kernel::MatVec(_) => {
+                        wg = WG_MATVEC;
+                        def("REDUCE4");
+                        parts.extend([src::REDUCE, src::MATVEC]);
+                    }
+                    _ => parts.push(src::MATMUL),
+                }
+            }
+            Kernel::RmsNorm { weight } => {
+                if weight {
+                    def("WEIGHT");
+                }
+                parts.extend([src::REDUCE, src::NORM]);
+            }
+            Kernel::Rope(mode) => {
+                if mode == RopeMode::Neox {
+                    def("NEOX");
+                }
+                parts.push(src::ROPE);
+            }
+            Kernel::Attention(kv) => {
+                if kv == GgmlType::F16 {
+                    def("KV_F16");
+                }
+                wg = WG_ATTENTION;
+                parts.extend([src::REDUCE, src::ATTENTION]);
+            }
+            Kernel::Elementwise(op) => {
+                def(match op {
+                    Elementwise::Add => "ADD",
+                    Elementwise::Mul => "MUL",
+                    Elementwise::Scale => "SCALE",
+                    Elementwise::SiluMul => "SILU_MUL",
+                    Elementwise::GeluMul => "GELU_MUL",
+                });
+                parts.push(src::ELEMENTWISE);
+            }
+            Kernel::Softmax | Kernel::Argmax => {
+                if self == Kernel::Argmax {
+                    def("ARGMAX");
+                }
+                parts.extend([src::REDUCE, src::SOFTMAX]);
+            }
+            Kernel::Copy { src: s, dst } => {
+                if s == GgmlType::F16 {
+                    def("SRC_F16");
+                }
+                if dst == GgmlType::F16 {
+                    def("DST_F16");
+                }
+                parts.push(src::COPY);
+            }
+            Kernel::SetRows(dst) => {
+                def("SET_ROWS");
+                if dst == GgmlType::F16 {
+                    def("DST_F16");
+                }
+                parts.push(src::COPY);
+            }
+        }
+        defines.push(("WG", wg.to_string()));
+        // Native f16 storage for F16 weights and caches where the adapter
+        // has shader-f16.
+        let f16_weights = f.shader_f16
+            && matches!(
+                self,
+                Kernel::GetRows(GgmlType::F16)
+                    | Kernel::MatVec(GgmlType::F16)
+                    | Kernel::MatMul(GgmlType::F16)
+            );
+        if f16_weights {
+            defines.push(("WQ_F16", String::new()));
+        }
+        defines.push(("WQ", if f16_weights { "f16" } else { "u32" }.to_string()));
+        defines.push((
+            "KV",
+            if f.shader_f16 { "vec2<f16>" } else { "u32" }.to_string(),
+        ));
+        let mut out = String::new();
+        if f.shader_f16 {
+            // Enable directives must come before any declaration.
+            out.push_str("enable f16;\n");
+        }
+        for p in parts {
+            out.push_str(&preprocess(p, &defines));
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn type_defines(t: GgmlType, def: &mut impl FnMut(&'static str)) {
+    use GgmlType::*;
+    def(match t {
+        F32 => "TYPE_F32",
+        F16 => "TYPE_F16",
+        Q4_0 => "TYPE_Q4_0",
+        Q4_1 => "TYPE_Q4_1",
+        Q5_0 => "TYPE_Q5_0",
+        Q5_1 => "TYPE_Q5_1",
+        Q8_0 => "TYPE_Q8_0",
+        Q4_K => "TYPE_Q4_K",
+        Q5_K => "TYPE_Q5_K",
+        Q6_K => "TYPE_Q6_K",
+        // Callers check `supports` first; an unknown type builds nothing
+        // that naga would accept, so the error surfaces at pipeline build.
+        _ => "TYPE_UNSUPPORTED",
+    });
+    match t {
+        F32 | F16 => def("PLAIN"),
+        Q4_K | Q5_K => def("K_SCALES"),
+        _ => {}
+    }
+}
+
+/// Applies `#ifdef`/`#ifndef`/`#else`/`#endif` lines and `{{NAME}}`
+/// substitutions. Directive lines themselves are dropped.
+pub fn preprocess(text: &str, defines: &[(&str, String)]) -> String {
+    let defined = |name: &str| defines.iter().any(|(d, _)| *d == name);
+    // One entry per open #if: (this branch is live, the enclosing is live).
+    let mut stack: Vec<(bool, bool)> = Vec::new();
+    let mut live = true;
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix("#ifdef ") {
+            stack.push((live, live));
+            live = live && defined(name.trim());
+        } else if let Some(name) = t.strip_prefix("#ifndef ") {
+            stack.push((live, live));
+            live = live && !defined(name.trim());
+        } else if t == "#else" {
+            let (_, outer) = *stack
+                .last()
+                .expect("#else without #ifdef in an embedded kernel");
+            live = outer && !live;
+        } else if t == "#endif" {
+            let (_, outer) = stack
+                .pop()
+                .expect("#endif without #ifdef in an embedded kernel");
+            live = outer;
+        } else if live {
+            let mut l = line.to_string();
+            for (name, value) in defines {
+                l = l.replace(&format!("{{{{{name}}}}}"), value);
+            }
+            out.push_str(&l);
+            out.push('\n');
+        }
+    }
+    assert!(stack.is_empty(), "unclosed #ifdef in an embedded kernel");
+    out
+}
+
+/// A compiled kernel and the layout its bind groups use.
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+/// Compiled pipelines, built on first use and kept for the session.
+#[derive(Default)]
+pub struct PipelineCache {
+    map: HashMap<Kernel, Pipeline>,
+}
+
+impl PipelineCache {
+    pub fn get_or_build(
+        &mut self,
+        device: &wgpu::Device,
+        kernel: Kernel,
+        features: ShaderFeatures,
+    ) -> &Pipeline {
+        self.map
+            .entry(kernel)
+            .or_insert_with(|| build(device, kernel, features))
+    }
+}
+
+fn build(device: &wgpu::Device, kernel: Kernel, features: ShaderFeatures) -> Pipeline {
+    let label = kernel.label();
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some(&label),
+        source: wgpu::ShaderSource::Wgsl(kernel.source(features).into()),
+    });
+    let mut entries = vec![wgpu::BindGroupLayoutEntry {
+        binding: 0,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Uniform,
+            has_dynamic_offset: true,
+            min_binding_size: wgpu::BufferSize::new(PARAMS_BYTES),
+        },
+        count: None,
+    }];
+    for (i, access) in kernel.bindings().iter().enumerate() {
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding: i as u32 + 1,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage {
+                    read_only: *access == Access::Read,
+                },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+        label: Some(&label),
+        entries: &entries,
+    });
+    let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+        label: Some(&label),
+        bind_group_layouts: &[Some(&layout)],
+        immediate_size: 0,
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(&label),
+        layout: Some(&pipeline_layout),
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: wgpu::PipelineCompilationOptions::default(),
+        cache: None,
+    });
+    Pipeline { pipeline, layout }
+}
+
+/// Bytes of one dispatch's parameter block (`struct Params` in common.wgsl).
+pub const PARAMS_BYTES: u64 = 64;

@@ -1,0 +1,259 @@
+//! Recording: ops append dispatches to one open compute pass of one open
+//! command encoder; nothing reaches the GPU until a result is read (or the
+//! parameter arena fills). A forward pass is therefore one submission with
+//! no CPU wait between its ops.
+//!
+//! Per-dispatch parameters (sizes, eps, offsets) go into a CPU-side arena of
+//! 64-byte slots, one per dispatch, and reach the GPU in ONE
+//! `queue.write_buffer` just before the submit; each dispatch selects its
+//! slot with a dynamic uniform offset. Bind groups are created once per
+//! (kernel, buffers) and cached: buffers live as long as the backend.
+
+use std::collections::HashMap;
+
+use crate::backend::{BackendError, Result, Stats};
+
+use super::context::Context;
+use super::pipelines::{Kernel, PARAMS_BYTES, PipelineCache};
+
+/// Dispatches one submission can hold before the arena forces a submit.
+const MAX_DISPATCHES: u64 = 4096;
+
+/// The u32 parameters of one dispatch (`struct Params` in common.wgsl).
+pub type Params = [u32; 16];
+
+pub struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    /// (MAX_DISPATCHES, stride) bytes: this submission's parameter slots.
+    arena: Vec<u8>,
+    n_dispatches: u64,
+    /// Bytes between slots: the adapter's uniform offset alignment.
+    stride: u64,
+    param_buf: wgpu::Buffer,
+    bind_groups: HashMap<(Kernel, Vec<u32>), wgpu::BindGroup>,
+    /// Reused MAP_READ buffer for `read`, grown on demand.
+    readback: Option<wgpu::Buffer>,
+    pub stats: Stats,
+}
+
+impl Recorder {
+    pub fn new(ctx: &Context) -> Self {
+        let stride = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(PARAMS_BYTES);
+        let param_buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("dispatch params"),
+            size: stride * MAX_DISPATCHES,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Self {
+            encoder: None,
+            pass: None,
+            arena: Vec::with_capacity((stride * MAX_DISPATCHES) as usize),
+            n_dispatches: 0,
+            stride,
+            param_buf,
+            bind_groups: HashMap::new(),
+            readback: None,
+            stats: Stats::default(),
+        }
+    }
+
+    fn encoder(&mut self, ctx: &Context) -> &mut wgpu::CommandEncoder {
+        self.encoder.get_or_insert_with(|| {
+            ctx.device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("step"),
+                })
+        })
+    }
+
+    fn end_pass(&mut self) {
+        self.pass = None;
+    }
+
+    /// Records one dispatch of `kernel` over `groups` workgroups.
+    /// `buffers` are (tensor id, buffer) in the kernel's binding order.
+    pub fn dispatch(
+        &mut self,
+        ctx: &Context,
+        pipelines: &mut PipelineCache,
+        kernel: Kernel,
+        params: &Params,
+        buffers: &[(u32, &wgpu::Buffer)],
+        groups: u64,
+    ) -> Result<()> {
+        if groups == 0 {
+            return Ok(());
+        }
+        let max_dim = u64::from(ctx.limits.max_compute_workgroups_per_dimension);
+        let x = groups.min(max_dim);
+        let y = groups.div_ceil(x);
+        if y > max_dim {
+            return Err(BackendError::TooLarge {
+                what: format!("{kernel:?} dispatch (workgroups)"),
+                bytes: groups,
+                limit: max_dim * max_dim,
+            });
+        }
+        if self.n_dispatches == MAX_DISPATCHES {
+            self.submit(ctx);
+        }
+        let offset = self.n_dispatches * self.stride;
+        self.arena.resize(offset as usize, 0);
+        self.arena.extend_from_slice(bytemuck::cast_slice(params));
+        self.n_dispatches += 1;
+
+        let pipeline = pipelines.get_or_build(&ctx.device, kernel, ctx.features);
+        let key = (
+            kernel,
+            buffers.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        );
+        let param_buf = &self.param_buf;
+        let bind_group = self.bind_groups.entry(key).or_insert_with(|| {
+            let mut entries = vec![wgpu::BindGroupEntry {
+                binding: 0,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: param_buf,
+                    offset: 0,
+                    size: wgpu::BufferSize::new(PARAMS_BYTES),
+                }),
+            }];
+            for (i, (_, b)) in buffers.iter().enumerate() {
+                entries.push(wgpu::BindGroupEntry {
+                    binding: i as u32 + 1,
+                    resource: b.as_entire_binding(),
+                });
+            }
+            ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&kernel.label()),
+                layout: &pipeline.layout,
+                entries: &entries,
+            })
+        });
+        if self.pass.is_none() {
+            let enc = self.encoder.get_or_insert_with(|| {
+                ctx.device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("step"),
+                    })
+            });
+            let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("ops"),
+                timestamp_writes: None,
+            });
+            self.pass = Some(pass.forget_lifetime());
+        }
+        let pass = self.pass.as_mut().expect("pass opened above");
+        pass.set_pipeline(&pipeline.pipeline);
+        pass.set_bind_group(0, &*bind_group, &[offset as u32]);
+        pass.dispatch_workgroups(x as u32, y as u32, 1);
+        self.stats.dispatches += 1;
+        Ok(())
+    }
+
+    /// Records a copy of `bytes` into the start of `dst`, ordered after the
+    /// ops recorded so far and before those recorded later.
+    pub fn write(&mut self, ctx: &Context, dst: &wgpu::Buffer, bytes: &[u8]) {
+        let len = bytes.len().div_ceil(4) * 4;
+        if len == 0 {
+            return;
+        }
+        if self.encoder.is_none() {
+            // Nothing recorded yet: the queue orders this before the next
+            // submission, which is all the contract asks.
+            let mut data = bytes.to_vec();
+            data.resize(len, 0);
+            ctx.queue.write_buffer(dst, 0, &data);
+            return;
+        }
+        // Ops are pending that may read `dst` as it was: stage the bytes
+        // and copy inside the encoder so the order is kept.
+        let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("write staging"),
+            size: len as u64,
+            usage: wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = staging
+                .get_mapped_range_mut(..)
+                .expect("a buffer mapped at creation maps");
+            view.slice(..bytes.len()).copy_from_slice(bytes);
+            view.slice(bytes.len()..)
+                .copy_from_slice(&[0u8; 4][..len - bytes.len()]);
+        }
+        staging.unmap();
+        self.end_pass();
+        self.encoder(ctx)
+            .copy_buffer_to_buffer(&staging, 0, dst, 0, len as u64);
+    }
+
+    /// Submits everything recorded, without waiting.
+    pub fn submit(&mut self, ctx: &Context) {
+        self.end_pass();
+        let Some(encoder) = self.encoder.take() else {
+            return;
+        };
+        if !self.arena.is_empty() {
+            ctx.queue.write_buffer(&self.param_buf, 0, &self.arena);
+        }
+        ctx.queue.submit([encoder.finish()]);
+        self.stats.submissions += 1;
+        self.arena.clear();
+        self.n_dispatches = 0;
+    }
+
+    /// Submits everything recorded plus a copy of `src`'s first `out.len()`
+    /// bytes, waits, and returns them: one submission per step.
+    pub fn read(&mut self, ctx: &Context, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()> {
+        let len = (out.len().div_ceil(4) * 4) as u64;
+        if len == 0 {
+            return self.wait(ctx);
+        }
+        if self.readback.as_ref().is_none_or(|b| b.size() < len) {
+            self.readback = Some(ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("readback"),
+                size: len.next_power_of_two(),
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+        }
+        self.end_pass();
+        let readback = self.readback.clone().expect("created above");
+        self.encoder(ctx)
+            .copy_buffer_to_buffer(src, 0, &readback, 0, len);
+        self.submit(ctx);
+        let slice = readback.slice(..len);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait(ctx)?;
+        let mapped = rx
+            .recv()
+            .map_err(|_| BackendError::Other("readback was never mapped".into()))?;
+        mapped.map_err(|e| BackendError::Other(format!("mapping the readback buffer: {e}")))?;
+        {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| BackendError::Other(format!("readback view: {e}")))?;
+            out.copy_from_slice(&view[..out.len()]);
+        }
+        readback.unmap();
+        Ok(())
+    }
+
+    /// Submits what is recorded and blocks until the GPU is idle.
+    pub fn wait(&mut self, ctx: &Context) -> Result<()> {
+        self.submit(ctx);
+        ctx.take_error()?;
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| match e {
+                wgpu::PollError::Timeout => BackendError::Other("GPU timed out".into()),
+                other => BackendError::DeviceLost(other.to_string()),
+            })?;
+        ctx.take_error()
+    }
+}

@@ -1,0 +1,81 @@
+//! Choosing a backend: `auto`, `gpu` or `cpu`, as `--backend` and
+//! `--device` say on the command line.
+//!
+//! - [`auto`] uses the best *hardware* GPU (discrete, then integrated) and
+//!   falls back to the CPU, saying so on stderr. Software adapters
+//!   (lavapipe, llvmpipe, WARP) are never picked automatically: they are
+//!   slower than the CPU backend.
+//! - [`gpu`] uses the GPU it is given (`--device N` from `smelt devices`), or
+//!   the best adapter, software ones included; it fails rather than fall
+//!   back.
+//! - [`cpu`] is the CPU backend.
+
+use std::str::FromStr;
+
+use super::cpu::CpuBackend;
+use super::gpu::{GpuBackend, GpuOptions, best_hardware};
+use super::{Backend, BackendError, Result};
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BackendKind {
+    #[default]
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+impl FromStr for BackendKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "gpu" => Ok(Self::Gpu),
+            "cpu" => Ok(Self::Cpu),
+            other => Err(format!("unknown backend {other:?}: use auto, gpu or cpu")),
+        }
+    }
+}
+
+/// The best hardware GPU, else the CPU (with a note on stderr).
+pub fn auto() -> Result<Box<dyn Backend>> {
+    match best_hardware() {
+        Some(r) => gpu(&GpuOptions {
+            device: Some(r.index),
+            ..GpuOptions::default()
+        }),
+        None => {
+            eprintln!(
+                "smelt: no hardware GPU found; using the CPU backend \
+                 (`smelt devices` lists adapters; --backend gpu uses a software one)"
+            );
+            Ok(cpu())
+        }
+    }
+}
+
+/// A GPU backend, or an error saying why there is none.
+pub fn gpu(opts: &GpuOptions) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(GpuBackend::new(opts)?))
+}
+
+/// The CPU backend.
+pub fn cpu() -> Box<dyn Backend> {
+    Box::new(CpuBackend::reference())
+}
+
+/// What `--backend KIND [--device N]` asks for. A device index implies the
+/// GPU; with `cpu` it is an error.
+pub fn select(kind: BackendKind, device: Option<usize>) -> Result<Box<dyn Backend>> {
+    match (kind, device) {
+        (BackendKind::Cpu, Some(_)) => Err(BackendError::Other(
+            "--device selects a GPU; it cannot go with --backend cpu".into(),
+        )),
+        (BackendKind::Cpu, None) => Ok(cpu()),
+        (BackendKind::Auto, None) => auto(),
+        (_, device) => gpu(&GpuOptions {
+            device,
+            ..GpuOptions::default()
+        }),
+    }
+}

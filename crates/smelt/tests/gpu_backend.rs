@@ -1,0 +1,131 @@
+//! The GPU backend's machinery, on lavapipe in CI: recording into one
+//! submission, write ordering, bind-group reuse, adapter listing, and
+//! errors (never panics) for bad calls.
+
+use smelt::backend::gpu::{GpuBackend, GpuOptions, adapters, best_hardware};
+use smelt::backend::{Backend, BackendError, BackendExt, Op, WeightData};
+use smelt::quant::GgmlType::{F32, I32, Q2_K, Q4_0};
+
+fn gpu() -> GpuBackend {
+    GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)")
+}
+
+#[test]
+fn adapters_are_listed_and_auto_never_picks_software() {
+    let list = adapters();
+    assert!(
+        !list.is_empty(),
+        "no adapter: is mesa-vulkan-drivers installed?"
+    );
+    for (r, _) in &list {
+        assert!(!r.name.is_empty());
+        assert!(r.max_storage_buffer_binding_size > 0);
+    }
+    if let Some(best) = best_hardware() {
+        assert!(
+            !best.software,
+            "auto picked a software adapter: {}",
+            best.name
+        );
+    }
+    // lavapipe is there in CI and is reported as software.
+    if list.iter().any(|(r, _)| r.name.contains("llvmpipe")) {
+        assert!(
+            list.iter()
+                .filter(|(r, _)| r.name.contains("llvmpipe"))
+                .all(|(r, _)| r.software)
+        );
+    }
+}
+
+#[test]
+fn a_forward_pass_is_one_submission() {
+    let mut g = gpu();
+    let x = g.alloc(F32, 1, 64).unwrap();
+    let y = g.alloc(F32, 1, 64).unwrap();
+    let v: Vec<f32> = (0..64).map(|i| i as f32).collect();
+    g.write_f32(x, &v).unwrap();
+    let before = g.stats();
+    for _ in 0..50 {
+        g.scale(x, 0.5, y).unwrap();
+        g.add(y, x, y).unwrap();
+    }
+    let out = g.read_f32(y).unwrap();
+    let after = g.stats();
+    assert_eq!(after.submissions - before.submissions, 1, "{after:?}");
+    assert_eq!(after.dispatches - before.dispatches, 100);
+    // y = 0.5 x + x, exact in binary.
+    assert!(out.iter().zip(&v).all(|(o, x)| *o == 1.5 * x), "{out:?}");
+}
+
+#[test]
+fn writes_are_ordered_between_recorded_ops() {
+    let mut g = gpu();
+    let a = g.alloc(F32, 1, 5).unwrap();
+    let out1 = g.alloc(F32, 1, 5).unwrap();
+    let out2 = g.alloc(F32, 1, 5).unwrap();
+    g.write_f32(a, &[1.0, 2.0, 3.0, 4.0, 5.0]).unwrap();
+    g.scale(a, 2.0, out1).unwrap();
+    // Recorded ops are pending: this write must land after them.
+    g.write_f32(a, &[10.0, 20.0, 30.0, 40.0, 50.0]).unwrap();
+    g.scale(a, 2.0, out2).unwrap();
+    assert_eq!(g.read_f32(out1).unwrap(), [2.0, 4.0, 6.0, 8.0, 10.0]);
+    assert_eq!(g.read_f32(out2).unwrap(), [20.0, 40.0, 60.0, 80.0, 100.0]);
+}
+
+#[test]
+fn views_dispatch_over_their_own_rows() {
+    let mut g = gpu();
+    let x = g.alloc(F32, 4, 3).unwrap();
+    let out = g.alloc(F32, 4, 3).unwrap();
+    g.write_f32(x, &[1.0; 12]).unwrap();
+    g.write_f32(out, &[-1.0; 12]).unwrap();
+    g.scale(x.with_rows(2), 3.0, out.with_rows(2)).unwrap();
+    let o = g.read_f32(out).unwrap();
+    assert_eq!(&o[..6], &[3.0; 6]);
+    assert_eq!(&o[6..], &[-1.0; 6], "rows past the view were written");
+}
+
+#[test]
+fn bad_calls_are_errors() {
+    let mut g = gpu();
+    let a = g.alloc(F32, 2, 8).unwrap();
+    let b = g.alloc(F32, 3, 8).unwrap();
+    let ids = g.alloc(I32, 1, 2).unwrap();
+    assert!(matches!(
+        g.add(a, b, a),
+        Err(BackendError::Shape { op: Op::Add, .. })
+    ));
+    assert!(!g.supports(Op::MatMul, Q2_K));
+    let q2k = g
+        .load_weight("q2k", Q2_K, 1, 256, WeightData::from_vec(vec![0; 84]))
+        .unwrap();
+    let out = g.alloc(F32, 2, 256).unwrap();
+    assert!(matches!(
+        g.get_rows(q2k, ids, out),
+        Err(BackendError::Unsupported { .. })
+    ));
+    let short = g.load_weight("short", Q4_0, 2, 32, WeightData::from_vec(vec![0; 20]));
+    assert!(short.is_err(), "a weight with the wrong byte count loaded");
+    let odd = g.alloc(Q4_0, 1, 33);
+    assert!(odd.is_err(), "33 values of Q4_0 allocated");
+}
+
+#[test]
+fn a_tensor_past_the_binding_limit_is_refused_with_the_limit() {
+    let mut g = gpu();
+    let limit = g.caps().max_tensor_bytes;
+    let cols = 1 << 20;
+    let rows = (limit / (4 * cols as u64) + 2) as usize;
+    match g.alloc(F32, rows, cols) {
+        Err(BackendError::TooLarge {
+            limit: l,
+            bytes,
+            what,
+        }) => {
+            assert!(bytes > l, "{bytes} <= {l}");
+            assert!(what.contains("max_storage_buffer_binding_size"), "{what}");
+        }
+        other => panic!("expected TooLarge, got {other:?}"),
+    }
+}

@@ -1,0 +1,559 @@
+//! The differential op table: every GPU op against the CPU reference op, in
+//! the spirit of ggml's test-backend-ops.
+//!
+//! - Random inputs, fresh every run; the seed is printed (set SMELT_SEED to
+//!   replay one).
+//! - A sweep of shapes, odd ones included (sizes no workgroup divides), and
+//!   every weight type, with quantized blocks built from random bytes and
+//!   sane scales, so the CPU and GPU decode the very same GGUF blocks.
+//! - Error = normalised mean squared error against the CPU, with a threshold
+//!   per op and type; NaN or Inf fails.
+//! - GPU outputs are poisoned (NaN) before each run and carry guard rows
+//!   after the view the op writes: an unwritten element or an out-of-bounds
+//!   write fails.
+//! - Run twice: with the adapter's subgroups and f16, and with both off (the
+//!   portable fallbacks).
+//! - `SMELT_OP_PERF=1 cargo test --release --test gpu_ops -- --nocapture`
+//!   also prints the time per op on each backend.
+
+use std::time::Instant;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use smelt::backend::cpu::CpuBackend;
+use smelt::backend::gpu::{GpuBackend, GpuOptions, WEIGHT_TYPES};
+use smelt::backend::{AttentionParams, Backend, RopeMode, RopeParams, Tensor, WeightData};
+use smelt::quant::GgmlType::{self, F16, F32, I32};
+
+/// Rows after every GPU output that no op may touch.
+const GUARD: usize = 3;
+/// NaN as an f32, and both halves NaN as f16s.
+const POISON: u32 = 0x7fc0_7e01;
+
+struct Bench {
+    rng: StdRng,
+    cpu: CpuBackend,
+    gpu: GpuBackend,
+    perf: bool,
+    failures: Vec<String>,
+    cases: usize,
+}
+
+/// One tensor on both backends; `gpu` is the view the op sees, `gpu_full`
+/// includes the guard rows.
+#[derive(Clone, Copy)]
+struct Pair {
+    cpu: Tensor,
+    gpu: Tensor,
+    gpu_full: Tensor,
+}
+
+impl Bench {
+    fn new(seed: u64, opts: GpuOptions) -> Self {
+        Self {
+            rng: StdRng::seed_from_u64(seed),
+            cpu: CpuBackend::reference(),
+            gpu: GpuBackend::new(&opts).expect("a GPU adapter (lavapipe in CI)"),
+            perf: std::env::var_os("SMELT_OP_PERF").is_some(),
+            failures: Vec::new(),
+            cases: 0,
+        }
+    }
+
+    fn randn(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|_| self.rng.gen_range(-1.0f32..1.0) * scale)
+            .collect()
+    }
+
+    /// An input with the same bytes on both backends.
+    fn input(&mut self, dtype: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Pair {
+        let cpu = self.cpu.alloc(dtype, rows, cols).unwrap();
+        let gpu = self.gpu.alloc(dtype, rows, cols).unwrap();
+        self.cpu.write(cpu, bytes).unwrap();
+        self.gpu.write(gpu, bytes).unwrap();
+        Pair {
+            cpu,
+            gpu,
+            gpu_full: gpu,
+        }
+    }
+
+    fn f32s(&mut self, rows: usize, cols: usize, scale: f32) -> Pair {
+        let v = self.randn(rows * cols, scale);
+        self.input(F32, rows, cols, bytemuck::cast_slice(&v))
+    }
+
+    fn i32s(&mut self, values: &[i32]) -> Pair {
+        self.input(I32, 1, values.len(), bytemuck::cast_slice(values))
+    }
+
+    /// An output: zero on the CPU; poisoned, with guard rows, on the GPU.
+    fn output(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Pair {
+        let cpu = self.cpu.alloc(dtype, rows, cols).unwrap();
+        let full = self.gpu.alloc(dtype, rows + GUARD, cols).unwrap();
+        let words = full.n_bytes().div_ceil(4);
+        let poison = vec![POISON; words];
+        self.gpu
+            .write(full, &bytemuck::cast_slice(&poison)[..full.n_bytes()])
+            .unwrap();
+        Pair {
+            cpu,
+            gpu: full.with_rows(rows),
+            gpu_full: full,
+        }
+    }
+
+    /// A weight of random GGUF blocks with finite scales.
+    fn weight(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Pair {
+        let bytes = random_blocks(&mut self.rng, dtype, rows * cols);
+        let cpu = self
+            .cpu
+            .load_weight("w", dtype, rows, cols, WeightData::from_vec(bytes.clone()))
+            .unwrap();
+        let gpu = self
+            .gpu
+            .load_weight("w", dtype, rows, cols, WeightData::from_vec(bytes))
+            .unwrap();
+        Pair {
+            cpu,
+            gpu,
+            gpu_full: gpu,
+        }
+    }
+
+    /// Runs `op` on both backends and compares `out` (F32, F16 or I32).
+    fn check(
+        &mut self,
+        name: &str,
+        tol: f64,
+        out: Pair,
+        op: impl Fn(&mut dyn Backend, bool) -> smelt::backend::Result<()>,
+    ) {
+        self.cases += 1;
+        let t0 = Instant::now();
+        op(&mut self.cpu, false).unwrap_or_else(|e| panic!("{name}: CPU: {e}"));
+        let cpu_time = t0.elapsed();
+        if let Err(e) = op(&mut self.gpu, true) {
+            self.failures.push(format!("{name}: GPU error: {e}"));
+            return;
+        }
+        let want = values(out.cpu.dtype, &read_bytes(&mut self.cpu, out.cpu));
+        let full = read_bytes(&mut self.gpu, out.gpu_full);
+        let (view, guard) = full.split_at(out.gpu.n_bytes());
+        let poison = POISON.to_le_bytes();
+        if let Some(i) = (0..guard.len()).find(|&i| guard[i] != poison[(view.len() + i) % 4]) {
+            self.failures
+                .push(format!("{name}: wrote past its output (guard byte {i})"));
+        }
+        let got = values(out.gpu.dtype, view);
+        if let Some(i) = got.iter().position(|v| !v.is_finite()) {
+            self.failures.push(format!(
+                "{name}: element {i} is {} (unwritten or NaN/Inf)",
+                got[i]
+            ));
+            return;
+        }
+        let err = nmse(&got, &want);
+        // NaN errors fail too: they are not <= tol.
+        if err.partial_cmp(&tol) != Some(std::cmp::Ordering::Less) && err != tol {
+            self.failures
+                .push(format!("{name}: normalised error {err:.3e} > {tol:.0e}"));
+        }
+        if self.perf {
+            let reps = 20;
+            self.gpu.synchronize().unwrap();
+            let t = Instant::now();
+            for _ in 0..reps {
+                op(&mut self.gpu, true).unwrap();
+            }
+            self.gpu.synchronize().unwrap();
+            let gpu_time = t.elapsed() / reps;
+            println!("perf {name:<48} gpu {gpu_time:>10.2?}  cpu-ref {cpu_time:>10.2?}");
+        }
+    }
+}
+
+fn read_bytes(b: &mut dyn Backend, t: Tensor) -> Vec<u8> {
+    let mut bytes = vec![0u8; t.n_bytes()];
+    b.read(t, &mut bytes).unwrap();
+    bytes
+}
+
+/// Values as f32 for comparison; I32 keeps its bits (so poison reads as
+/// NaN and any difference counts).
+fn values(dtype: GgmlType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        F32 | I32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect(),
+        F16 => bytes
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        other => panic!("cannot compare {other}"),
+    }
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(want) {
+        let (g, w) = (f64::from(*g), f64::from(*w));
+        num += (g - w) * (g - w);
+        den += w * w;
+    }
+    if den == 0.0 { num } else { num / den }
+}
+
+/// Random blocks of `dtype` holding `n` values: random quant bytes, and
+/// every f16 scale field set to a small finite value.
+fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
+    let f16 = |rng: &mut StdRng, lo: f32, hi: f32| {
+        half::f16::from_f32(rng.gen_range(lo..hi)).to_le_bytes()
+    };
+    match dtype {
+        F32 => (0..n)
+            .flat_map(|_| rng.gen_range(-1.0f32..1.0).to_le_bytes())
+            .collect(),
+        F16 => (0..n).flat_map(|_| f16(rng, -1.0, 1.0)).collect(),
+        _ => {
+            let blocks = n / dtype.block_size();
+            let size = dtype.type_size();
+            // (offset, is a min/offset rather than a positive scale)
+            let scales: &[(usize, bool)] = match dtype {
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[(0, false)],
+                GgmlType::Q4_1 | GgmlType::Q5_1 => &[(0, false), (2, true)],
+                GgmlType::Q4_K | GgmlType::Q5_K => &[(0, false), (2, false)],
+                GgmlType::Q6_K => &[(208, false)],
+                other => panic!("no block generator for {other}"),
+            };
+            let mut out = vec![0u8; blocks * size];
+            rng.fill(&mut out[..]);
+            for b in 0..blocks {
+                for &(off, signed) in scales {
+                    let v = if signed {
+                        f16(rng, -0.05, 0.05)
+                    } else {
+                        f16(rng, 0.001, 0.05)
+                    };
+                    out[b * size + off..b * size + off + 2].copy_from_slice(&v);
+                }
+            }
+            out
+        }
+    }
+}
+
+/// Columns for a weight type: whole blocks, and for the plain types a
+/// length no group of 8 divides.
+fn weight_cols(t: GgmlType) -> usize {
+    match t {
+        F32 | F16 => 67,
+        t if t.block_size() == 256 => 512,
+        _ => 96,
+    }
+}
+
+/// Tolerance of a matmul on a weight type. The CPU may quantize the
+/// activations to 8 bits for its integer dot products, as ggml does.
+fn matmul_tol(t: GgmlType) -> f64 {
+    match t {
+        F32 => 1e-9,
+        F16 => 1e-6,
+        _ => 5e-4,
+    }
+}
+
+fn run_table(b: &mut Bench) {
+    // get_rows and matmul on every weight type.
+    for t in WEIGHT_TYPES {
+        let k = weight_cols(t);
+        let table = b.weight(t, 37, k);
+        for n in [1usize, 6] {
+            let ids: Vec<i32> = (0..n).map(|_| b.rng.gen_range(0..37)).collect();
+            let ids = b.i32s(&ids);
+            let out = b.output(F32, n, k);
+            b.check(&format!("get_rows {t} n={n} k={k}"), 1e-12, out, |be, g| {
+                let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                be.get_rows(p(table), p(ids), p(out))
+            });
+        }
+        for (m, n) in [(67usize, 1usize), (130, 3), (67, 70)] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(n, k, 1.0);
+            let out = b.output(F32, n, m);
+            b.check(
+                &format!("matmul {t} m={m} k={k} n={n}"),
+                matmul_tol(t),
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
+
+    // Norm, softmax, argmax.
+    for (rows, cols) in [(1usize, 67usize), (5, 300)] {
+        let x = b.f32s(rows, cols, 3.0);
+        let w = b.f32s(1, cols, 1.0);
+        for weight in [false, true] {
+            let out = b.output(F32, rows, cols);
+            b.check(
+                &format!("rms_norm {rows}x{cols} weight={weight}"),
+                1e-10,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.rms_norm(p(x), weight.then_some(p(w)), 1e-5, p(out))
+                },
+            );
+        }
+        let out = b.output(F32, rows, cols);
+        b.check(&format!("softmax {rows}x{cols}"), 1e-10, out, |be, g| {
+            let p = |x: Pair| if g { x.gpu } else { x.cpu };
+            be.softmax(p(x), p(out))
+        });
+    }
+    let mut rows = b.randn(4 * 1001, 5.0);
+    rows[1001..2002].fill(0.5); // a row of ties: the first index wins
+    let x = b.input(F32, 4, 1001, bytemuck::cast_slice(&rows));
+    let out = b.output(I32, 1, 4);
+    b.check("argmax 4x1001", 0.0, out, |be, g| {
+        let p = |x: Pair| if g { x.gpu } else { x.cpu };
+        be.argmax(p(x), p(out))
+    });
+
+    // Elementwise, with broadcast rows and odd sizes.
+    for (rows, cols) in [(1usize, 67usize), (3, 1000)] {
+        let a = b.f32s(rows, cols, 4.0);
+        let c = b.f32s(rows, cols, 4.0);
+        let row = b.f32s(1, cols, 4.0);
+        let ops: [(&str, f64); 7] = [
+            ("add", 1e-12),
+            ("add_row", 1e-12),
+            ("mul", 1e-12),
+            ("mul_row", 1e-12),
+            ("scale", 1e-12),
+            ("silu_mul", 1e-10),
+            ("gelu_mul", 1e-8),
+        ];
+        for (name, tol) in ops {
+            let out = b.output(F32, rows, cols);
+            b.check(&format!("{name} {rows}x{cols}"), tol, out, |be, g| {
+                let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                match name {
+                    "add" => be.add(p(a), p(c), p(out)),
+                    "add_row" => be.add(p(a), p(row), p(out)),
+                    "mul" => be.mul(p(a), p(c), p(out)),
+                    "mul_row" => be.mul(p(a), p(row), p(out)),
+                    "scale" => be.scale(p(a), 0.37, p(out)),
+                    "silu_mul" => be.silu_mul(p(a), p(c), p(out)),
+                    _ => be.gelu_mul(p(a), p(c), p(out)),
+                }
+            });
+        }
+    }
+
+    // Copy and convert, on an odd element count.
+    for (src_t, dst_t) in [(F32, F16), (F16, F32), (F32, F32), (F16, F16)] {
+        let v = b.randn(3 * 67, 2.0);
+        let bytes: Vec<u8> = match src_t {
+            F16 => v
+                .iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                .collect(),
+            _ => bytemuck::cast_slice(&v).to_vec(),
+        };
+        let src = b.input(src_t, 3, 67, &bytes);
+        let out = b.output(dst_t, 3, 67);
+        b.check(
+            &format!("copy {src_t}->{dst_t} 3x67"),
+            1e-12,
+            out,
+            |be, g| {
+                let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                be.copy(p(src), p(out))
+            },
+        );
+    }
+
+    rope_cases(b);
+    kv_cases(b);
+    if b.perf {
+        model_shapes(b);
+    }
+}
+
+/// Perf mode only: SmolLM2-sized matmuls (decode and a 512-token prefill).
+fn model_shapes(b: &mut Bench) {
+    for t in [F32, F16] {
+        for (m, k, n) in [
+            (1536usize, 576usize, 1usize),
+            (1536, 576, 512),
+            (576, 1536, 512),
+        ] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(n, k, 1.0);
+            let out = b.output(F32, n, m);
+            b.check(
+                &format!("matmul {t} m={m} k={k} n={n}"),
+                matmul_tol(t) * 10.0,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
+}
+
+fn rope_cases(b: &mut Bench) {
+    let (n_heads, head_dim, rows) = (3usize, 64usize, 5usize);
+    let pos: Vec<i32> = (0..rows).map(|_| b.rng.gen_range(0..300)).collect();
+    let pos = b.i32s(&pos);
+    let x = b.f32s(rows, n_heads * head_dim, 1.0);
+    let ffv: Vec<f32> = (0..head_dim / 2)
+        .map(|_| b.rng.gen_range(1.0f32..8.0))
+        .collect();
+    let ff = b.input(F32, 1, head_dim / 2, bytemuck::cast_slice(&ffv));
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for (n_dims, factors) in [(64usize, false), (32, false), (64, true)] {
+            let out = b.output(F32, rows, n_heads * head_dim);
+            b.check(
+                &format!("rope {mode:?} n_dims={n_dims} factors={factors}"),
+                1e-9,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    let params = RopeParams {
+                        mode,
+                        n_heads,
+                        head_dim,
+                        n_dims,
+                        freq_base: 10000.0,
+                        freq_scale: 1.0,
+                        freq_factors: factors.then_some(p(ff)),
+                    };
+                    be.rope(p(x), p(pos), &params, p(out))
+                },
+            );
+        }
+    }
+}
+
+fn kv_cases(b: &mut Bench) {
+    let (n_heads, n_kv, hd, ctx, slots) = (4usize, 2usize, 64usize, 70usize, 2usize);
+    for cache_t in [F32, F16] {
+        // set_rows into a cache holding random data: untouched rows must
+        // keep it.
+        let init = b.randn(slots * ctx * n_kv * hd, 1.0);
+        let bytes: Vec<u8> = match cache_t {
+            F16 => init
+                .iter()
+                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                .collect(),
+            _ => bytemuck::cast_slice(&init).to_vec(),
+        };
+        let cache = b.input(cache_t, slots * ctx, n_kv * hd, &bytes);
+        let src = b.f32s(5, n_kv * hd, 1.0);
+        let ids = b.i32s(&[3, 71, 0, 139, 64]);
+        b.check(&format!("set_rows {cache_t}"), 1e-12, cache, |be, g| {
+            let p = |x: Pair| if g { x.gpu } else { x.cpu };
+            be.set_rows(p(src), p(ids), p(cache))
+        });
+
+        let kc = b.input(cache_t, slots * ctx, n_kv * hd, &bytes);
+        let vbytes: Vec<u8> = {
+            let v = b.randn(slots * ctx * n_kv * hd, 1.0);
+            match cache_t {
+                F16 => v
+                    .iter()
+                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+                    .collect(),
+                _ => bytemuck::cast_slice(&v).to_vec(),
+            }
+        };
+        let vc = b.input(cache_t, slots * ctx, n_kv * hd, &vbytes);
+        // Decode (one row per slot) and a prefill of 37 rows in slot 1.
+        let cases: [(&str, Vec<i32>, Vec<i32>); 2] = [
+            ("decode", vec![69, 5], vec![0, 1]),
+            ("prefill", (0..37).collect(), vec![1; 37]),
+        ];
+        for (kind, pos_v, seq_v) in cases {
+            let n = pos_v.len();
+            let pos = b.i32s(&pos_v);
+            let seq = b.i32s(&seq_v);
+            let q = b.f32s(n, n_heads * hd, 1.0);
+            for (window, softcap) in [(None, None), (Some(16), None), (None, Some(2.0f32))] {
+                let out = b.output(F32, n, n_heads * hd);
+                let name =
+                    format!("attention {cache_t} {kind} window={window:?} softcap={softcap:?}");
+                b.check(&name, 1e-8, out, |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    let params = AttentionParams {
+                        n_heads,
+                        n_kv_heads: n_kv,
+                        head_dim: hd,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                        ctx,
+                        window,
+                        softcap,
+                    };
+                    be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))
+                });
+            }
+        }
+    }
+}
+
+fn seed() -> u64 {
+    match std::env::var("SMELT_SEED") {
+        Ok(s) => s.parse().expect("SMELT_SEED is a u64"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    }
+}
+
+fn run(label: &str, opts: GpuOptions) {
+    let seed = seed();
+    let mut b = Bench::new(seed, opts);
+    println!(
+        "{label}: seed {seed} (SMELT_SEED={seed} replays), adapter {}, features {:?}",
+        b.gpu.adapter().name,
+        b.gpu.features()
+    );
+    run_table(&mut b);
+    assert!(b.cases > 80, "only {} cases ran", b.cases);
+    assert!(
+        b.failures.is_empty(),
+        "{label} (seed {seed}): {} of {} cases failed:\n{}",
+        b.failures.len(),
+        b.cases,
+        b.failures.join("\n")
+    );
+    println!("{label}: {} cases passed", b.cases);
+}
+
+#[test]
+fn ops_match_cpu_with_adapter_features() {
+    run("subgroups+f16 where available", GpuOptions::default());
+}
+
+#[test]
+fn ops_match_cpu_without_subgroups_or_f16() {
+    run(
+        "portable fallbacks",
+        GpuOptions {
+            allow_subgroups: false,
+            allow_shader_f16: false,
+            allow_zero_copy: false,
+            ..GpuOptions::default()
+        },
+    );
+}
