@@ -8,7 +8,7 @@
 //! - [`gpu`] uses the GPU it is given (`--device N` from `smelt devices`), or
 //!   the best adapter, software ones included; it fails rather than fall
 //!   back.
-//! - [`cpu`] is the CPU backend.
+//! - [`cpu`] is the CPU backend with `threads` workers.
 
 use std::str::FromStr;
 
@@ -37,8 +37,9 @@ impl FromStr for BackendKind {
     }
 }
 
-/// The best hardware GPU, else the CPU (with a note on stderr).
-pub fn auto() -> Result<Box<dyn Backend>> {
+/// The best hardware GPU, else the CPU with `threads` workers (with a note
+/// on stderr).
+pub fn auto(threads: usize) -> Result<Box<dyn Backend>> {
     match best_hardware() {
         Some(r) => gpu(&GpuOptions {
             device: Some(r.index),
@@ -49,7 +50,7 @@ pub fn auto() -> Result<Box<dyn Backend>> {
                 "smelt: no hardware GPU found; using the CPU backend \
                  (`smelt devices` lists adapters; --backend gpu uses a software one)"
             );
-            Ok(cpu())
+            cpu(threads)
         }
     }
 }
@@ -59,20 +60,24 @@ pub fn gpu(opts: &GpuOptions) -> Result<Box<dyn Backend>> {
     Ok(Box::new(GpuBackend::new(opts)?))
 }
 
-/// The CPU backend.
-pub fn cpu() -> Box<dyn Backend> {
-    Box::new(CpuBackend::reference())
+/// The CPU backend with `threads` workers.
+pub fn cpu(threads: usize) -> Result<Box<dyn Backend>> {
+    Ok(Box::new(CpuBackend::new(threads)?))
 }
 
-/// What `--backend KIND [--device N]` asks for. A device index implies the
-/// GPU; with `cpu` it is an error.
-pub fn select(kind: BackendKind, device: Option<usize>) -> Result<Box<dyn Backend>> {
+/// What `--backend KIND [--device N]` asks for (`threads` for the CPU). A
+/// device index implies the GPU; with `cpu` it is an error.
+pub fn select(
+    kind: BackendKind,
+    device: Option<usize>,
+    threads: usize,
+) -> Result<Box<dyn Backend>> {
     match (kind, device) {
         (BackendKind::Cpu, Some(_)) => Err(BackendError::Other(
             "--device selects a GPU; it cannot go with --backend cpu".into(),
         )),
-        (BackendKind::Cpu, None) => Ok(cpu()),
-        (BackendKind::Auto, None) => auto(),
+        (BackendKind::Cpu, None) => cpu(threads),
+        (BackendKind::Auto, None) => auto(threads),
         (_, device) => gpu(&GpuOptions {
             device,
             ..GpuOptions::default()

@@ -42,6 +42,8 @@ pub struct GpuBackend {
     /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
     /// anything may have written that tensor.
     acts_of: Option<(u32, usize, usize, ActQuant)>,
+    /// Q8_1 block sums of `acts` (`1 × capacity / 32` F32).
+    acts_sum: Option<Tensor>,
 }
 
 impl GpuBackend {
@@ -59,6 +61,7 @@ impl GpuBackend {
             dummy,
             acts: None,
             acts_of: None,
+            acts_sum: None,
         })
     }
 
@@ -149,7 +152,11 @@ impl GpuBackend {
     ) -> Result<()> {
         if !matches!(
             kernel,
-            Kernel::MatVec(_) | Kernel::MatMul(_) | Kernel::QuantizeActs(_)
+            Kernel::MatVec(_)
+                | Kernel::MatMul(_)
+                | Kernel::MatVecQ81(_)
+                | Kernel::MatMulQ81(_)
+                | Kernel::QuantizeActs(_)
         ) {
             // Any other op may write the tensor whose rounding is cached.
             self.acts_of = None;
@@ -190,37 +197,46 @@ enum P {
 
 impl GpuBackend {
     /// `x` rounded as ggml rounds a matmul's activations for weights of
-    /// type `w`, or `x` itself. Consecutive matmuls on the same input (Q, K,
-    /// V; gate, up) share one rounding.
-    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<Tensor> {
+    /// type `w`, or `x` itself; with Q8 rounding also the Q8_1 block sums.
+    /// Consecutive matmuls on the same input (Q, K, V; gate, up) share one
+    /// rounding.
+    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<(Tensor, Option<Tensor>)> {
         let Some(q) = ActQuant::for_weight(w).filter(|_| self.ctx.quantize_activations) else {
-            return Ok(x);
+            return Ok((x, None));
         };
         let n = x.n_elements();
-        let acts = match self.acts {
-            Some(a) if a.n_elements() >= n => a,
+        let (acts, sums) = match (self.acts, self.acts_sum) {
+            (Some(a), Some(s)) if a.n_elements() >= n => (a, s),
             _ => {
                 let a = self.alloc_tensor(GgmlType::F32, 1, n.max(1))?;
+                let s = self.alloc_tensor(GgmlType::F32, 1, n.div_ceil(32).max(1))?;
                 self.acts = Some(a);
+                self.acts_sum = Some(s);
                 self.acts_of = None;
-                a
+                (a, s)
             }
         };
         let xq = acts.reshape(x.rows, x.cols);
+        let xs = sums.reshape(1, n / 32);
         if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
             let threads = match q {
                 ActQuant::F16 => n.div_ceil(256),
                 _ => (n / q.block()).div_ceil(64),
             };
+            let bound: &[Tensor] = if q == ActQuant::Q8 {
+                &[x, xq, xs]
+            } else {
+                &[x, xq]
+            };
             self.run(
                 Kernel::QuantizeActs(q),
                 params(&[P::U(n as u32)]),
-                &[x, xq],
+                bound,
                 threads as u64,
             )?;
             self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
-        Ok(xq)
+        Ok((xq, (q == ActQuant::Q8).then_some(xs)))
     }
 
     /// Forgets the cached rounding if `out` is the tensor it came from.

@@ -222,22 +222,36 @@ impl Backend for GpuBackend {
         contract::matmul(w, x, out)?;
         let (m, k, n) = (w.rows, w.cols, x.rows);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
-        let x = self.matmul_input(w.dtype, x)?;
+        let (x, sums) = self.matmul_input(w.dtype, x)?;
         self.wrote(out);
+        // Q4_1 and Q5_1 on Q8-rounded activations take ggml's Q8_1 sums.
+        let sums = sums.filter(|_| matches!(w.dtype, GgmlType::Q4_1 | GgmlType::Q5_1));
+        let mut bound = vec![w, x, out];
+        bound.extend(sums);
         if n <= MATVEC_MAX_TOKENS {
             let blocks = m.div_ceil(4);
+            let kernel = if sums.is_some() {
+                Kernel::MatVecQ81(w.dtype)
+            } else {
+                Kernel::MatVec(w.dtype)
+            };
             self.run(
-                Kernel::MatVec(w.dtype),
+                kernel,
                 params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
-                &[w, x, out],
+                &bound,
                 (blocks * n) as u64,
             )
         } else {
             let tiles_m = m.div_ceil(64);
+            let kernel = if sums.is_some() {
+                Kernel::MatMulQ81(w.dtype)
+            } else {
+                Kernel::MatMul(w.dtype)
+            };
             self.run(
-                Kernel::MatMul(w.dtype),
+                kernel,
                 params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m)]),
-                &[w, x, out],
+                &bound,
                 (tiles_m * n.div_ceil(64)) as u64,
             )
         }

@@ -95,6 +95,10 @@ pub enum Kernel {
     MatVec(GgmlType),
     /// 64 × 64 output tiles: prefill.
     MatMul(GgmlType),
+    /// Q4_1 / Q5_1 on activations rounded as Q8_1: the blocks' minimum
+    /// multiplies the activations' stored block sums, as in ggml.
+    MatVecQ81(GgmlType),
+    MatMulQ81(GgmlType),
     RmsNorm {
         weight: bool,
     },
@@ -149,6 +153,9 @@ impl Kernel {
         for t in WEIGHT_TYPES {
             v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
         }
+        for t in [GgmlType::Q4_1, GgmlType::Q5_1] {
+            v.extend([Kernel::MatVecQ81(t), Kernel::MatMulQ81(t)]);
+        }
         v.extend([
             Kernel::RmsNorm { weight: false },
             Kernel::RmsNorm { weight: true },
@@ -192,6 +199,7 @@ impl Kernel {
         use Access::{Read as R, ReadWrite as RW};
         match self {
             Kernel::GetRows(_) | Kernel::MatVec(_) | Kernel::MatMul(_) => &[R, RW, RW],
+            Kernel::MatVecQ81(_) | Kernel::MatMulQ81(_) => &[R, RW, RW, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
             Kernel::Rope(_) => &[RW, RW, RW, RW],
@@ -200,6 +208,7 @@ impl Kernel {
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
             Kernel::SetRows(_) => &[RW, RW, RW],
+            Kernel::QuantizeActs(ActQuant::Q8) => &[RW, RW, RW],
             Kernel::QuantizeActs(_) => &[RW, RW],
         }
     }
@@ -222,12 +231,19 @@ impl Kernel {
         let mut parts = vec![src::COMMON];
         let mut wg = WG_ROW;
         match self {
-            Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
+            Kernel::GetRows(t)
+            | Kernel::MatVec(t)
+            | Kernel::MatMul(t)
+            | Kernel::MatVecQ81(t)
+            | Kernel::MatMulQ81(t) => {
                 type_defines(t, &mut def);
+                if matches!(self, Kernel::MatVecQ81(_) | Kernel::MatMulQ81(_)) {
+                    def("MIN_SPLIT");
+                }
                 parts.push(src::QUANT);
                 match self {
                     Kernel::GetRows(_) => parts.push(src::GET_ROWS),
-                    Kernel::MatVec(_) => {
+                    Kernel::MatVec(_) | Kernel::MatVecQ81(_) => {
                         wg = WG_MATVEC;
                         def("REDUCE4");
                         parts.extend([src::REDUCE, src::MATVEC]);

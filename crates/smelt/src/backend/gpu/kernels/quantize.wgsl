@@ -13,6 +13,11 @@
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> xq: array<f32>;    // (rows, cols)
+#ifdef Q8
+// Q8_1's s = f16(d * sum(q)) per block: Q4_1 and Q5_1 multiply their
+// minimum by it, rounded as stored.
+@group(0) @binding(3) var<storage, read_write> xs: array<f32>;    // (rows * cols / 32)
+#endif
 
 #ifdef F16
 @compute @workgroup_size(256)
@@ -50,6 +55,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         for (var i = 0u; i < QB; i++) {
             xq[o + i] = 0.0;
         }
+#ifdef Q8
+        xs[b] = 0.0;
+#endif
         return;
     }
 #ifdef Q8_K
@@ -64,9 +72,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let id = 127.0 / amax;
     // The dot product uses d as stored in the block: an f16.
     let dh = unpack2x16float(pack2x16float(vec2<f32>(d, 0.0))).x;
+    var sum = 0.0;
     for (var i = 0u; i < QB; i++) {
-        xq[o + i] = round(x[o + i] * id) * dh;
+        let q = round(x[o + i] * id);
+        sum += q;
+        xq[o + i] = q * dh;
     }
+    xs[b] = unpack2x16float(pack2x16float(vec2<f32>(d * sum, 0.0))).x;
 #endif
 }
 #endif
