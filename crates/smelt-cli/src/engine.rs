@@ -149,16 +149,31 @@ pub fn load(
     let template = ChatTemplate::from_gguf(&opened.file, chat_template)
         .with_context(|| format!("the chat template of {}", opened.path.display()))?;
     let tokenizer = Arc::new(opened.tokenizer);
-    let encoder = Arc::clone(&tokenizer);
+    let encode = encoder(Arc::clone(&tokenizer), template.bos_token().to_string());
     Ok(Loaded {
         path: opened.path,
         engine: Box::new(opened.session),
         vocab: Box::new(TokenizerVocab(tokenizer)),
         template,
-        encode: Box::new(move |text| encoder.encode(text, true, true)),
+        encode,
     })
 }
 
+/// Prompt text to ids: special tokens parsed (templates write them as
+/// text), BOS added if the model wants it, unless the template already
+/// wrote it.
+fn encoder(tokenizer: Arc<Tokenizer>, bos_text: String) -> Encode {
+    Box::new(move |text: &str| {
+        let text = match text.strip_prefix(bos_text.as_str()) {
+            Some(rest) if tokenizer.add_bos() && !bos_text.is_empty() => rest,
+            _ => text,
+        };
+        tokenizer.encode(text, true, true)
+    })
+}
+
+/// The tokenizer as the scheduler's vocabulary: control tokens print
+/// nothing, as in llama.cpp's server.
 struct TokenizerVocab(Arc<Tokenizer>);
 
 impl Vocab for TokenizerVocab {

@@ -267,9 +267,10 @@ fn reader_agrees_on_gemma3() {
     check_file(&common::model(common::GEMMA3), false);
 }
 
-/// llama.cpp's vocabulary-only GGUFs, gzipped in `testdata/gguf/vocab`.
+/// llama.cpp's vocabulary-only GGUFs, gzipped in `testdata/tokenizer` (the
+/// tokenizer tests' copy; one copy in the repository serves both).
 fn check_vocab(name: &str) {
-    let gz = common::testdata(&format!("gguf/vocab/ggml-vocab-{name}.gguf.gz"));
+    let gz = common::testdata(&format!("tokenizer/ggml-vocab-{name}.gguf.gz"));
     let path = scratch(&format!("ggml-vocab-{name}.gguf"));
     let dump = gguf_py_dump(&gz, &["--gunzip-to", path.to_str().expect("UTF-8 path")]);
     let file = GgufFile::open(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -289,9 +290,10 @@ macro_rules! vocab_tests {
         /// Every vocabulary file in testdata has a test above.
         #[test]
         fn every_vocab_file_is_checked() {
-            let mut found: Vec<String> = std::fs::read_dir(common::testdata("gguf/vocab"))
-                .expect("testdata/gguf/vocab")
+            let mut found: Vec<String> = std::fs::read_dir(common::testdata("tokenizer"))
+                .expect("testdata/tokenizer")
                 .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".gguf.gz"))
                 .collect();
             found.sort();
             let mut listed = vec![$(format!("ggml-vocab-{}.gguf.gz", $name)),*];

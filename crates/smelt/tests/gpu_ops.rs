@@ -255,8 +255,9 @@ fn weight_cols(t: GgmlType) -> usize {
     }
 }
 
-/// Tolerance of a matmul on a weight type. The CPU may quantize the
-/// activations to 8 bits for its integer dot products, as ggml does.
+/// Tolerance of a matmul on a weight type. By default the GPU rounds the
+/// activations as ggml does (8-bit blocks, or f16 for F16 weights), which
+/// the f32 CPU reference does not: ggml's test-backend-ops allows 5e-4.
 fn matmul_tol(t: GgmlType) -> f64 {
     match t {
         F32 => 1e-9,
@@ -492,7 +493,10 @@ fn kv_cases(b: &mut Bench) {
                 let out = b.output(F32, n, n_heads * hd);
                 let name =
                     format!("attention {cache_t} {kind} window={window:?} softcap={softcap:?}");
-                b.check(&name, 1e-8, out, |be, g| {
+                // With an F16 cache the GPU rounds as ggml does (query and
+                // accumulator to f16); the reference does not.
+                let tol = if cache_t == F16 { 1e-5 } else { 1e-8 };
+                b.check(&name, tol, out, |be, g| {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
                     let params = AttentionParams {
                         n_heads,
@@ -548,11 +552,13 @@ fn ops_match_cpu_with_adapter_features() {
 #[test]
 fn ops_match_cpu_without_subgroups_or_f16() {
     run(
-        "portable fallbacks",
+        "portable fallbacks, bounds-checked kernels, f32 activations",
         GpuOptions {
             allow_subgroups: false,
             allow_shader_f16: false,
             allow_zero_copy: false,
+            shader_bounds_checks: true,
+            quantize_activations: false,
             ..GpuOptions::default()
         },
     );

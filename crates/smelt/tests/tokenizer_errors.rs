@@ -57,7 +57,7 @@ fn unknown_pre_tokenizer_is_an_error() {
         Value::String("made-up".into()),
     );
     let e = err(&h);
-    assert!(matches!(&e, TokenizerError::UnknownPre(name) if name == "made-up"));
+    assert!(matches!(&e, TokenizerError::UnknownPre { name } if name == "made-up"));
     assert!(e.to_string().contains("\"made-up\""), "{e}");
 }
 
@@ -69,7 +69,7 @@ fn unknown_pre_tokenizer_in_a_real_model_is_an_error() {
         "tokenizer.ggml.pre",
         Value::String("smollm-9".into()),
     );
-    assert!(matches!(err(&h), TokenizerError::UnknownPre(name) if name == "smollm-9"));
+    assert!(matches!(err(&h), TokenizerError::UnknownPre { name } if name == "smollm-9"));
 }
 
 #[test]
@@ -191,4 +191,124 @@ fn special_ids_are_checked() {
         Value::Array(Array::String(vec!["a".into(), "b".into()])),
     );
     assert!(matches!(err(&h), TokenizerError::MissingSpecial { .. }));
+}
+
+/// Random vocabularies (odd texts, every token type, NaN and infinite
+/// scores, merges of anything) must load or fail cleanly, and then encode
+/// and decode anything without panicking.
+#[test]
+fn random_vocabularies_never_panic() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+    let pieces = [
+        "a",
+        "b",
+        "ab",
+        " ",
+        "▁",
+        "▁a",
+        "\n",
+        "<s>",
+        "</s>",
+        "<0x41>",
+        "<0xE2>",
+        "<0x",
+        "Ġ",
+        "é",
+        "🦙",
+        "<|im_start|>",
+        "\t\t",
+        "'s",
+        "ĠĠ",
+        "",
+    ];
+    let texts = [
+        "",
+        "a b",
+        "<s>ab</s>",
+        "🦙 é\n\n",
+        "<|im_start|>x",
+        "  'sab  \t",
+        "\u{0}",
+    ];
+    let mut loaded = 0;
+    for round in 0..300 {
+        let n = rng.gen_range(1..40);
+        // Mostly the pieces themselves, so that they merge and match; a
+        // repeat gets a suffix (or stays, for the duplicate-token error).
+        let mut tokens: Vec<String> = Vec::new();
+        for i in 0..n {
+            let piece = pieces[rng.gen_range(0..pieces.len())];
+            let unique = !tokens.iter().any(|t| t == piece) || rng.gen_bool(0.05);
+            tokens.push(if unique {
+                piece.into()
+            } else {
+                format!("{piece}{i}")
+            });
+        }
+        let mut m = Metadata::new();
+        let model = if round % 2 == 0 { "gpt2" } else { "llama" };
+        m.insert("tokenizer.ggml.model", Value::String(model.into()));
+        m.insert("tokenizer.ggml.pre", Value::String("qwen2".into()));
+        m.insert(
+            "tokenizer.ggml.tokens",
+            Value::Array(Array::String(tokens.clone())),
+        );
+        let scores = (0..n)
+            .map(|_| match rng.gen_range(0..4) {
+                0 => f32::NAN,
+                1 => f32::INFINITY,
+                _ => rng.gen_range(-10.0..10.0),
+            })
+            .collect();
+        m.insert("tokenizer.ggml.scores", Value::Array(Array::F32(scores)));
+        let types = (0..n).map(|_| rng.gen_range(-1..8)).collect();
+        m.insert("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        let merges = (0..rng.gen_range(0..30))
+            .map(|_| {
+                let a = &tokens[rng.gen_range(0..n)];
+                let b = &tokens[rng.gen_range(0..n)];
+                format!("{a} {b}")
+            })
+            .collect();
+        m.insert("tokenizer.ggml.merges", Value::Array(Array::String(merges)));
+        for key in ["bos", "eos", "unknown", "eot"] {
+            let id = rng.gen_range(0..n as u32 + 3);
+            m.insert(format!("tokenizer.ggml.{key}_token_id"), Value::U32(id));
+        }
+        m.insert(
+            "tokenizer.ggml.add_bos_token",
+            Value::Bool(rng.gen_bool(0.5)),
+        );
+        m.insert(
+            "tokenizer.ggml.add_eos_token",
+            Value::Bool(rng.gen_bool(0.5)),
+        );
+        let h = Header {
+            version: 3,
+            metadata: m,
+            tensors: Vec::new(),
+            alignment: 32,
+            data_offset: 0,
+        };
+        let Ok(tok) = Tokenizer::from_gguf(&h) else {
+            continue;
+        };
+        loaded += 1;
+        for text in texts {
+            for (add, parse) in [(false, false), (true, true)] {
+                let ids = tok.encode(text, add, parse);
+                assert!(ids.iter().all(|&id| (id as usize) < tok.n_vocab()));
+                let _ = tok.decode(&ids);
+            }
+        }
+        let ids: Vec<u32> = (0..20).map(|_| rng.gen_range(0..n as u32 + 5)).collect();
+        let _ = tok.decode(&ids);
+        let mut stream = smelt::tokenizer::StreamDecoder::new(&tok);
+        for &id in &ids {
+            let _ = stream.push(id);
+        }
+        let _ = stream.finish();
+    }
+    assert!(loaded > 100, "only {loaded} of 300 vocabularies loaded");
 }

@@ -1,6 +1,6 @@
 //! The tokenizers of the real test models against independent references:
-//! llama.cpp's prompt ids (`testdata/reference/*-greedy.json`) and the
-//! vocabulary as the `gguf` Python package reads it.
+//! llama.cpp's prompt ids and generated text (`testdata/reference/*-greedy.json`)
+//! and the vocabulary as the `gguf` Python package reads it.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use smelt::gguf::GgufFile;
-use smelt::tokenizer::{Tokenizer, VocabType};
+use smelt::tokenizer::{StreamDecoder, Tokenizer, VocabType};
 
 fn load(model: &str) -> Tokenizer {
     let path = common::model(model);
@@ -39,21 +39,47 @@ fn reference_prompts(file: &str) -> Vec<(String, Vec<u32>)> {
         .collect()
 }
 
-/// llama-server tokenizes prompts with add_special and parse_special on.
+/// llama-server tokenizes prompts with add_special and parse_special on,
+/// and streams the generated tokens' pieces as its `output_text`.
 fn check_reference(model: &str, reference: &str) {
     let tok = load(model);
     for (prompt, want) in reference_prompts(reference) {
         assert_eq!(tok.encode(&prompt, true, true), want, "{model}: {prompt:?}");
     }
+    for (ids, text) in reference_outputs(reference) {
+        let mut stream = StreamDecoder::with_special(&tok, false);
+        let streamed: String = ids.iter().map(|&id| stream.push(id)).collect();
+        assert_eq!(streamed + &stream.finish(), text, "{model}");
+        // Neither model adds a space prefix or cleans up spaces, so the
+        // whole-sequence decode is the same text.
+        assert_eq!(tok.decode(&ids), text, "{model}");
+    }
+}
+
+/// `(output_ids, output_text)` of every case of a reference file.
+fn reference_outputs(file: &str) -> Vec<(Vec<u32>, String)> {
+    let path = common::testdata(&format!("reference/{file}"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    json["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let ids = c["output_ids"].as_array().unwrap();
+            let ids = ids.iter().map(|v| v.as_u64().unwrap() as u32).collect();
+            (ids, c["output_text"].as_str().unwrap().to_string())
+        })
+        .collect()
 }
 
 #[test]
-fn smollm2_prompts_match_llama_cpp() {
+fn smollm2_prompts_and_outputs_match_llama_cpp() {
     check_reference(common::SMOLLM2, "smollm2-135m-q4_1-greedy.json");
 }
 
 #[test]
-fn gemma3_prompts_match_llama_cpp() {
+fn gemma3_prompts_and_outputs_match_llama_cpp() {
     check_reference(common::GEMMA3, "gemma3-270m-q4_k_m-greedy.json");
 }
 

@@ -1,5 +1,6 @@
 //! `smelt chat`: a terminal chat that streams replies, or, with stdin piped,
-//! one reply line per input line for scripts.
+//! one reply line per input line for scripts (newlines and backslashes in a
+//! piped reply are written `\n` and `\\`, so each reply is one line).
 //!
 //! The conversation is re-rendered through the chat template each turn;
 //! the scheduler's slot keeps the KV cache of what it already read, so only
@@ -148,7 +149,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         for event in rx {
             match event {
                 Event::Text(t) => {
-                    stdout.write_all(t.as_bytes())?;
+                    if interactive {
+                        stdout.write_all(t.as_bytes())?;
+                    } else {
+                        let escaped = t.replace('\\', "\\\\").replace('\n', "\\n");
+                        stdout.write_all(escaped.as_bytes())?;
+                    }
                     stdout.flush()?;
                     reply.push_str(&t);
                 }

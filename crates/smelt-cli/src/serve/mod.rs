@@ -5,6 +5,8 @@
 mod api;
 mod error;
 mod routes;
+#[cfg(test)]
+mod tests;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -105,6 +105,11 @@ impl Model {
     pub fn backend_name(&self) -> String {
         self.backend.name()
     }
+
+    /// The backend's work counters (submissions and dispatches so far).
+    pub fn backend_stats(&self) -> crate::backend::Stats {
+        self.backend.stats()
+    }
 }
 
 /// How a session sizes its buffers.

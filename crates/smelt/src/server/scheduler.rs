@@ -406,8 +406,14 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
             }
         }
         done.sort_by_key(|&(i, _)| std::cmp::Reverse(i));
-        for (i, finish) in done {
-            let s = self.seqs.swap_remove(i);
+        let finished: Vec<_> = done
+            .into_iter()
+            .map(|(i, finish)| (self.seqs.swap_remove(i), finish))
+            .collect();
+        // The slots count as free before anyone hears the generation is
+        // over, so a client that submits again at once finds room.
+        lock(&self.shared.queue).active = self.seqs.len();
+        for (s, finish) in finished {
             if let Some(finish) = finish {
                 finish_done(s, finish);
             }

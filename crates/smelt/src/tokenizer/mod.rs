@@ -38,8 +38,11 @@ pub enum TokenizerError {
         "tokenizer.ggml.model is {0:?}; supported are \"llama\" (SentencePiece) and \"gpt2\" (byte-level BPE)"
     )]
     UnknownModel(String),
-    #[error("unknown pre-tokenizer {0:?} (tokenizer.ggml.pre)")]
-    UnknownPre(String),
+    #[error(
+        "unknown pre-tokenizer {name:?} (tokenizer.ggml.pre); known are: {known}",
+        known = pretokenize::known_names()
+    )]
+    UnknownPre { name: String },
     #[error("tokenizer.ggml.tokens holds {0} tokens")]
     BadVocabSize(usize),
     #[error("{key} holds {found} entries for {n_vocab} tokens")]
@@ -73,6 +76,12 @@ pub struct Tokenizer {
     /// The byte-level BPE machinery; `None` for SentencePiece.
     bpe: Option<Bpe>,
 }
+
+// A server shares one tokenizer between its threads.
+const _: fn() = || {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<Tokenizer>();
+};
 
 impl Tokenizer {
     /// Builds the tokenizer from metadata alone, so vocabulary-only GGUFs

@@ -82,43 +82,100 @@ pub(super) struct PreSpec {
     pub add_bos: bool,
 }
 
-/// The pre-tokenizer names llama.cpp knows whose regexes we run; `None` for
-/// the others. A missing name (empty) is llama.cpp's "default".
-pub(super) fn spec(name: &str) -> Option<PreSpec> {
-    let plain = |exprs, clean_spaces| PreSpec {
+const fn plain(exprs: &'static [&'static str], clean_spaces: bool) -> PreSpec {
+    PreSpec {
         exprs,
         clean_spaces,
         ignore_merges: false,
         add_bos: false,
-    };
-    Some(match name {
-        "" | "default" => plain(DEFAULT_EXPRS, true),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" | "jina-v5-nano" => PreSpec {
+    }
+}
+
+/// The `tokenizer.ggml.pre` names llama.cpp knows whose regexes we run, and
+/// what each sets. Missing (empty) is llama.cpp's "default".
+const PRE_TOKENIZERS: &[(&[&str], PreSpec)] = &[
+    (&["", "default"], plain(DEFAULT_EXPRS, true)),
+    (
+        &[
+            "llama3",
+            "llama-v3",
+            "llama-bpe",
+            "falcon3",
+            "falcon-h1",
+            "pixtral",
+            "midm-2.0",
+            "lfm2",
+            "jina-v5-nano",
+        ],
+        PreSpec {
             exprs: LLAMA3_EXPRS,
             clean_spaces: true,
             ignore_merges: true,
             add_bos: true,
         },
-        "dbrx" | "smaug-bpe" => plain(LLAMA3_EXPRS, true),
-        "deepseek-llm" => plain(DEEPSEEK_LLM_EXPRS, false),
-        "deepseek-coder" => plain(DEEPSEEK_CODER_EXPRS, false),
-        "falcon" => plain(FALCON_EXPRS, true),
-        "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de"
-        | "a.x-4.0" | "mellum" | "modern-bert" | "exaone4" | "mpt" | "olmo" | "jais" => {
-            plain(GPT2_EXPRS, true)
-        }
-        "trillion" | "granite-docling" => plain(GPT2_EXPRS, false),
-        "starcoder" | "refact" | "exaone" | "minerva-7b" | "mellum2" => {
-            plain(STARCODER_EXPRS, true)
-        }
-        "smollm" | "command-r" | "codeshell" => plain(STARCODER_EXPRS, false),
-        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" => {
-            plain(QWEN2_EXPRS, false)
-        }
-        "stablelm2" | "megrez" => plain(QWEN2_EXPRS, true),
-        _ => return None,
-    })
+    ),
+    (&["dbrx", "smaug-bpe"], plain(LLAMA3_EXPRS, true)),
+    (&["deepseek-llm"], plain(DEEPSEEK_LLM_EXPRS, false)),
+    (&["deepseek-coder"], plain(DEEPSEEK_CODER_EXPRS, false)),
+    (&["falcon"], plain(FALCON_EXPRS, true)),
+    (
+        &[
+            "gpt-2",
+            "phi-2",
+            "jina-es",
+            "jina-de",
+            "gigachat",
+            "jina-v2-es",
+            "jina-v2-de",
+            "a.x-4.0",
+            "mellum",
+            "modern-bert",
+            "exaone4",
+            "mpt",
+            "olmo",
+            "jais",
+        ],
+        plain(GPT2_EXPRS, true),
+    ),
+    (&["trillion", "granite-docling"], plain(GPT2_EXPRS, false)),
+    (
+        &["starcoder", "refact", "exaone", "minerva-7b", "mellum2"],
+        plain(STARCODER_EXPRS, true),
+    ),
+    (
+        &["smollm", "command-r", "codeshell"],
+        plain(STARCODER_EXPRS, false),
+    ),
+    (
+        &[
+            "qwen2",
+            "deepseek-r1-qwen",
+            "kormo",
+            "f2llmv2",
+            "hunyuan",
+            "solar-open",
+        ],
+        plain(QWEN2_EXPRS, false),
+    ),
+    (&["stablelm2", "megrez"], plain(QWEN2_EXPRS, true)),
+];
+
+/// What a pre-tokenizer name sets; `None` for names we do not run.
+pub(super) fn spec(name: &str) -> Option<PreSpec> {
+    PRE_TOKENIZERS
+        .iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|&(_, spec)| spec)
+}
+
+/// Every name [`spec`] knows, for error messages.
+pub(super) fn known_names() -> String {
+    let names: Vec<&str> = PRE_TOKENIZERS
+        .iter()
+        .flat_map(|(names, _)| names.iter().copied())
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.join(", ")
 }
 
 /// One regex of a list, compiled.
@@ -172,23 +229,17 @@ impl PreTokenizer {
         } else {
             vec![cpts.len()]
         };
-        let (mut collapsed, mut wide) = (None, None);
+        let (mut collapsed_view, mut wide_view) = (None, None);
         for step in &self.steps {
             lens = match step {
                 Step::Gpt2 => split_gpt2(&cpts, &lens),
                 Step::Llama3 => split_llama3(&cpts, &lens),
-                Step::Regex {
-                    re,
-                    collapsed: true,
-                } => {
-                    let view = collapsed.get_or_insert_with(|| View::collapsed(&cpts));
-                    view.split(re, &lens)
-                }
-                Step::Regex {
-                    re,
-                    collapsed: false,
-                } => {
-                    let view = wide.get_or_insert_with(|| View::wide(&cpts));
+                Step::Regex { re, collapsed } => {
+                    let view = if *collapsed {
+                        collapsed_view.get_or_insert_with(|| View::collapsed(&cpts))
+                    } else {
+                        wide_view.get_or_insert_with(|| View::wide(&cpts))
+                    };
                     view.split(re, &lens)
                 }
             };

@@ -118,7 +118,8 @@ impl Vocab {
         let spec = match kind {
             VocabType::Spm => None,
             VocabType::Bpe => Some(
-                pretokenize::spec(&pre).ok_or_else(|| TokenizerError::UnknownPre(pre.clone()))?,
+                pretokenize::spec(&pre)
+                    .ok_or_else(|| TokenizerError::UnknownPre { name: pre.clone() })?,
             ),
         };
         let (mut add_space_prefix, mut add_bos, clean_spaces, ignore_merges) = match &spec {

@@ -113,6 +113,14 @@ pub struct GpuOptions {
     /// Write weights straight into mapped device memory where the adapter
     /// has unified memory and `MAPPABLE_PRIMARY_BUFFERS`.
     pub allow_zero_copy: bool,
+    /// Keep wgpu's run-time bounds checks in the kernels. Off by default:
+    /// the host checks every shape (see `pipelines::build`), and the checks
+    /// cost up to half the time of a matmul. Tests run both ways.
+    pub shader_bounds_checks: bool,
+    /// Round a matmul's activations as ggml does (8-bit blocks for
+    /// quantized weights, f16 for F16 weights), to follow llama.cpp's
+    /// numbers; off, activations stay f32 (the CPU reference's maths).
+    pub quantize_activations: bool,
 }
 
 impl Default for GpuOptions {
@@ -122,6 +130,8 @@ impl Default for GpuOptions {
             allow_subgroups: true,
             allow_shader_f16: true,
             allow_zero_copy: true,
+            shader_bounds_checks: false,
+            quantize_activations: true,
         }
     }
 }
@@ -134,6 +144,8 @@ pub struct Context {
     pub limits: wgpu::Limits,
     pub features: ShaderFeatures,
     pub zero_copy: bool,
+    pub shader_bounds_checks: bool,
+    pub quantize_activations: bool,
     /// The first uncaptured error or the device-lost reason, reported by the
     /// next call that waits on the device.
     pub error: Arc<Mutex<Option<BackendError>>>,
@@ -242,6 +254,8 @@ impl Context {
             limits,
             features,
             zero_copy,
+            shader_bounds_checks: opts.shader_bounds_checks,
+            quantize_activations: opts.quantize_activations,
             error,
         })
     }

@@ -19,7 +19,7 @@ mod pipelines;
 mod recorder;
 
 pub use context::{AdapterReport, GpuOptions, adapters, best_hardware};
-pub use pipelines::{Elementwise, Kernel, ShaderFeatures, WEIGHT_TYPES, preprocess};
+pub use pipelines::{ActQuant, Elementwise, Kernel, ShaderFeatures, WEIGHT_TYPES, preprocess};
 
 use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
@@ -36,6 +36,14 @@ pub struct GpuBackend {
     rec: Recorder,
     /// A small buffer bound where a kernel's optional input is absent.
     dummy: Tensor,
+    /// Rounded activations for matmuls (`1 × capacity` F32), grown on first
+    /// use of a larger batch and reused.
+    acts: Option<Tensor>,
+    /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
+    /// anything may have written that tensor.
+    acts_of: Option<(u32, usize, usize, ActQuant)>,
+    /// Q8_1 block sums of `acts` (`1 × capacity / 32` F32).
+    acts_sum: Option<Tensor>,
 }
 
 impl GpuBackend {
@@ -51,6 +59,9 @@ impl GpuBackend {
             pipelines: PipelineCache::default(),
             rec,
             dummy,
+            acts: None,
+            acts_of: None,
+            acts_sum: None,
         })
     }
 
@@ -109,6 +120,7 @@ impl GpuBackend {
             )));
         }
         self.rec.write(&self.ctx, &slot.buffer, bytes);
+        self.acts_of = None;
         Ok(())
     }
 
@@ -138,6 +150,17 @@ impl GpuBackend {
         tensors: &[Tensor],
         groups: u64,
     ) -> Result<()> {
+        if !matches!(
+            kernel,
+            Kernel::MatVec(_)
+                | Kernel::MatMul(_)
+                | Kernel::MatVecQ81(_)
+                | Kernel::MatMulQ81(_)
+                | Kernel::QuantizeActs(_)
+        ) {
+            // Any other op may write the tensor whose rounding is cached.
+            self.acts_of = None;
+        }
         let mut bound = Vec::with_capacity(tensors.len());
         for t in tensors {
             bound.push((t.id, &self.buffers.get(*t)?.buffer));
@@ -170,4 +193,56 @@ fn params(values: &[P]) -> Params {
 enum P {
     U(u32),
     F(f32),
+}
+
+impl GpuBackend {
+    /// `x` rounded as ggml rounds a matmul's activations for weights of
+    /// type `w`, or `x` itself; with Q8 rounding also the Q8_1 block sums.
+    /// Consecutive matmuls on the same input (Q, K, V; gate, up) share one
+    /// rounding.
+    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<(Tensor, Option<Tensor>)> {
+        let Some(q) = ActQuant::for_weight(w).filter(|_| self.ctx.quantize_activations) else {
+            return Ok((x, None));
+        };
+        let n = x.n_elements();
+        let (acts, sums) = match (self.acts, self.acts_sum) {
+            (Some(a), Some(s)) if a.n_elements() >= n => (a, s),
+            _ => {
+                let a = self.alloc_tensor(GgmlType::F32, 1, n.max(1))?;
+                let s = self.alloc_tensor(GgmlType::F32, 1, n.div_ceil(32).max(1))?;
+                self.acts = Some(a);
+                self.acts_sum = Some(s);
+                self.acts_of = None;
+                (a, s)
+            }
+        };
+        let xq = acts.reshape(x.rows, x.cols);
+        let xs = sums.reshape(1, n / 32);
+        if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
+            let threads = match q {
+                ActQuant::F16 => n.div_ceil(256),
+                _ => (n / q.block()).div_ceil(64),
+            };
+            let bound: &[Tensor] = if q == ActQuant::Q8 {
+                &[x, xq, xs]
+            } else {
+                &[x, xq]
+            };
+            self.run(
+                Kernel::QuantizeActs(q),
+                params(&[P::U(n as u32)]),
+                bound,
+                threads as u64,
+            )?;
+            self.acts_of = Some((x.id, x.rows, x.cols, q));
+        }
+        Ok((xq, (q == ActQuant::Q8).then_some(xs)))
+    }
+
+    /// Forgets the cached rounding if `out` is the tensor it came from.
+    fn wrote(&mut self, out: Tensor) {
+        if self.acts_of.is_some_and(|(id, ..)| id == out.id) {
+            self.acts_of = None;
+        }
+    }
 }

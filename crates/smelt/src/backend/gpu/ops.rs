@@ -19,6 +19,10 @@ const MATVEC_MAX_TOKENS: usize = 4;
 /// Largest head the attention kernel holds (4 dims per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
 
+/// Above this many query rows attention runs one invocation per (head,
+/// row) rather than one workgroup per (row, head).
+const ATTENTION_ROWS_MIN: usize = 4;
+
 /// A limit of the GPU kernels beyond the contract.
 fn limit(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
     if ok {
@@ -218,20 +222,36 @@ impl Backend for GpuBackend {
         contract::matmul(w, x, out)?;
         let (m, k, n) = (w.rows, w.cols, x.rows);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
+        let (x, sums) = self.matmul_input(w.dtype, x)?;
+        self.wrote(out);
+        // Q4_1 and Q5_1 on Q8-rounded activations take ggml's Q8_1 sums.
+        let sums = sums.filter(|_| matches!(w.dtype, GgmlType::Q4_1 | GgmlType::Q5_1));
+        let mut bound = vec![w, x, out];
+        bound.extend(sums);
         if n <= MATVEC_MAX_TOKENS {
             let blocks = m.div_ceil(4);
+            let kernel = if sums.is_some() {
+                Kernel::MatVecQ81(w.dtype)
+            } else {
+                Kernel::MatVec(w.dtype)
+            };
             self.run(
-                Kernel::MatVec(w.dtype),
+                kernel,
                 params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
-                &[w, x, out],
+                &bound,
                 (blocks * n) as u64,
             )
         } else {
             let tiles_m = m.div_ceil(64);
+            let kernel = if sums.is_some() {
+                Kernel::MatMulQ81(w.dtype)
+            } else {
+                Kernel::MatMul(w.dtype)
+            };
             self.run(
-                Kernel::MatMul(w.dtype),
+                kernel,
                 params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m)]),
-                &[w, x, out],
+                &bound,
                 (tiles_m * n.div_ceil(64)) as u64,
             )
         }
@@ -250,6 +270,12 @@ impl Backend for GpuBackend {
         let op = Op::Attention;
         self.require(op, k_cache.dtype)?;
         contract::attention(q, k_cache, v_cache, pos, seq, p, out)?;
+        limit(op, k_cache.rows >= p.ctx, || {
+            format!(
+                "a cache of {} rows for a context of {}",
+                k_cache.rows, p.ctx
+            )
+        })?;
         limit(op, k_cache.dtype == v_cache.dtype, || {
             format!("K cache {} and V cache {}", k_cache.dtype, v_cache.dtype)
         })?;
@@ -265,8 +291,20 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
+        // Prefill: one invocation per (head, row), no barriers; decode: a
+        // workgroup per (row, head) so one row still fills the GPU.
+        let per_row = q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4);
+        let (kernel, groups) = if per_row {
+            let kernel = Kernel::AttentionRows {
+                kv: k_cache.dtype,
+                head_dim: p.head_dim as u32,
+            };
+            (kernel, (q.rows * p.n_heads).div_ceil(64))
+        } else {
+            (Kernel::Attention(k_cache.dtype), q.rows * p.n_heads)
+        };
         self.run(
-            Kernel::Attention(k_cache.dtype),
+            kernel,
             params(&[
                 u(q.rows),
                 u(p.n_heads),
@@ -279,7 +317,7 @@ impl Backend for GpuBackend {
                 u(k_cache.rows),
             ]),
             &[q, k_cache, v_cache, pos, seq, out],
-            (q.rows * p.n_heads) as u64,
+            groups as u64,
         )
     }
 

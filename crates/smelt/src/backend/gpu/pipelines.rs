@@ -26,6 +26,7 @@ mod src {
     pub const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
     pub const SOFTMAX: &str = include_str!("kernels/softmax.wgsl");
     pub const COPY: &str = include_str!("kernels/copy.wgsl");
+    pub const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
 }
 
 /// Weight types the matmul and get_rows kernels decode.
@@ -52,6 +53,40 @@ pub enum Elementwise {
     GeluMul,
 }
 
+/// How a matmul's activations are rounded first, as ggml's `vec_dot_type`
+/// of the weight type does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ActQuant {
+    /// Q8_0 / Q8_1 blocks of 32 (legacy quants).
+    Q8,
+    /// Q8_K blocks of 256 (K-quants).
+    Q8K,
+    /// F16 (F16 weights).
+    F16,
+}
+
+impl ActQuant {
+    /// ggml's activation type for a weight type; `None` for F32.
+    pub fn for_weight(t: GgmlType) -> Option<Self> {
+        use GgmlType::*;
+        match t {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Some(Self::Q8),
+            Q4_K | Q5_K | Q6_K => Some(Self::Q8K),
+            F16 => Some(Self::F16),
+            _ => None,
+        }
+    }
+
+    /// Values per block.
+    pub fn block(self) -> usize {
+        match self {
+            Self::Q8 => 32,
+            Self::Q8K => 256,
+            Self::F16 => 1,
+        }
+    }
+}
+
 /// One compute kernel variant (without the adapter features).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
@@ -60,12 +95,22 @@ pub enum Kernel {
     MatVec(GgmlType),
     /// 64 × 64 output tiles: prefill.
     MatMul(GgmlType),
+    /// Q4_1 / Q5_1 on activations rounded as Q8_1: the blocks' minimum
+    /// multiplies the activations' stored block sums, as in ggml.
+    MatVecQ81(GgmlType),
+    MatMulQ81(GgmlType),
     RmsNorm {
         weight: bool,
     },
     Rope(RopeMode),
-    /// The cache type, F32 or F16.
+    /// The cache type, F32 or F16: one workgroup per (row, head), keys
+    /// spread over the workgroup (decode).
     Attention(GgmlType),
+    /// One invocation per (head, row), for a head size (prefill).
+    AttentionRows {
+        kv: GgmlType,
+        head_dim: u32,
+    },
     Elementwise(Elementwise),
     Softmax,
     Argmax,
@@ -75,6 +120,8 @@ pub enum Kernel {
     },
     /// The destination (cache) type, F32 or F16.
     SetRows(GgmlType),
+    /// Rounds activations as ggml's matmul does (`quantize.wgsl`).
+    QuantizeActs(ActQuant),
 }
 
 /// Adapter capabilities a kernel may be built for.
@@ -106,6 +153,9 @@ impl Kernel {
         for t in WEIGHT_TYPES {
             v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
         }
+        for t in [GgmlType::Q4_1, GgmlType::Q5_1] {
+            v.extend([Kernel::MatVecQ81(t), Kernel::MatMulQ81(t)]);
+        }
         v.extend([
             Kernel::RmsNorm { weight: false },
             Kernel::RmsNorm { weight: true },
@@ -132,6 +182,14 @@ impl Kernel {
                 v.push(Kernel::Copy { src, dst });
             }
         }
+        for q in [ActQuant::Q8, ActQuant::Q8K, ActQuant::F16] {
+            v.push(Kernel::QuantizeActs(q));
+        }
+        for kv in [F32, F16] {
+            for head_dim in [64, 128, 256] {
+                v.push(Kernel::AttentionRows { kv, head_dim });
+            }
+        }
         v
     }
 
@@ -141,14 +199,17 @@ impl Kernel {
         use Access::{Read as R, ReadWrite as RW};
         match self {
             Kernel::GetRows(_) | Kernel::MatVec(_) | Kernel::MatMul(_) => &[R, RW, RW],
+            Kernel::MatVecQ81(_) | Kernel::MatMulQ81(_) => &[R, RW, RW, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
             Kernel::Rope(_) => &[RW, RW, RW, RW],
-            Kernel::Attention(_) => &[RW, R, R, RW, RW, RW],
+            Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
             Kernel::SetRows(_) => &[RW, RW, RW],
+            Kernel::QuantizeActs(ActQuant::Q8) => &[RW, RW, RW],
+            Kernel::QuantizeActs(_) => &[RW, RW],
         }
     }
 
@@ -170,12 +231,19 @@ impl Kernel {
         let mut parts = vec![src::COMMON];
         let mut wg = WG_ROW;
         match self {
-            Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
+            Kernel::GetRows(t)
+            | Kernel::MatVec(t)
+            | Kernel::MatMul(t)
+            | Kernel::MatVecQ81(t)
+            | Kernel::MatMulQ81(t) => {
                 type_defines(t, &mut def);
+                if matches!(self, Kernel::MatVecQ81(_) | Kernel::MatMulQ81(_)) {
+                    def("MIN_SPLIT");
+                }
                 parts.push(src::QUANT);
                 match self {
                     Kernel::GetRows(_) => parts.push(src::GET_ROWS),
-                    Kernel::MatVec(_) => {
+                    Kernel::MatVec(_) | Kernel::MatVecQ81(_) => {
                         wg = WG_MATVEC;
                         def("REDUCE4");
                         parts.extend([src::REDUCE, src::MATVEC]);
@@ -202,6 +270,14 @@ impl Kernel {
                 wg = WG_ATTENTION;
                 parts.extend([src::REDUCE, src::ATTENTION]);
             }
+            Kernel::AttentionRows { kv, head_dim } => {
+                if kv == GgmlType::F16 {
+                    def("KV_F16");
+                }
+                def("ROWS");
+                defines.push(("HD", head_dim.to_string()));
+                parts.push(src::ATTENTION);
+            }
             Kernel::Elementwise(op) => {
                 def(match op {
                     Elementwise::Add => "ADD",
@@ -226,6 +302,14 @@ impl Kernel {
                     def("DST_F16");
                 }
                 parts.push(src::COPY);
+            }
+            Kernel::QuantizeActs(q) => {
+                def(match q {
+                    ActQuant::Q8 => "Q8",
+                    ActQuant::Q8K => "Q8_K",
+                    ActQuant::F16 => "F16",
+                });
+                parts.push(src::QUANTIZE);
             }
             Kernel::SetRows(dst) => {
                 def("SET_ROWS");
@@ -347,19 +431,45 @@ impl PipelineCache {
         device: &wgpu::Device,
         kernel: Kernel,
         features: ShaderFeatures,
+        bounds_checks: bool,
     ) -> &Pipeline {
         self.map
             .entry(kernel)
-            .or_insert_with(|| build(device, kernel, features))
+            .or_insert_with(|| build(device, kernel, features, bounds_checks))
     }
 }
 
-fn build(device: &wgpu::Device, kernel: Kernel, features: ShaderFeatures) -> Pipeline {
+fn build(
+    device: &wgpu::Device,
+    kernel: Kernel,
+    features: ShaderFeatures,
+    bounds_checks: bool,
+) -> Pipeline {
     let label = kernel.label();
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+    let desc = wgpu::ShaderModuleDescriptor {
         label: Some(&label),
         source: wgpu::ShaderSource::Wgsl(kernel.source(features).into()),
-    });
+    };
+    let module = if bounds_checks {
+        device.create_shader_module(desc)
+    } else {
+        // SAFETY: wgpu's checks guard against out-of-bounds accesses, loops
+        // that never end and integer division by zero. Our kernels have
+        // none of them, given what the host checks before each dispatch:
+        // - every buffer holds at least the tensor view a dispatch covers
+        //   (`Buffers::get`), plus one spare word for the unaligned u32
+        //   reads of GGUF blocks;
+        // - the contract's shape checks (`cpu::check`) and the kernel limits
+        //   in `ops.rs` (head_dim <= 256, even F16 rows, cache rows >= ctx)
+        //   hold, so every index a kernel derives from its parameters is in
+        //   range, and invocations past the end return early;
+        // - data-dependent indices (token ids, positions, slots) are
+        //   clamped in the kernels;
+        // - every loop is bounded by a parameter, and no dispatch is
+        //   recorded with zero workgroups, so no divisor is zero.
+        // The differential tests run with the checks on and off.
+        unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+    };
     let mut entries = vec![wgpu::BindGroupLayoutEntry {
         binding: 0,
         visibility: wgpu::ShaderStages::COMPUTE,

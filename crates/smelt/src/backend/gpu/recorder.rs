@@ -104,7 +104,8 @@ impl Recorder {
         self.arena.extend_from_slice(bytemuck::cast_slice(params));
         self.n_dispatches += 1;
 
-        let pipeline = pipelines.get_or_build(&ctx.device, kernel, ctx.features);
+        let pipeline =
+            pipelines.get_or_build(&ctx.device, kernel, ctx.features, ctx.shader_bounds_checks);
         let key = (
             kernel,
             buffers.iter().map(|(id, _)| *id).collect::<Vec<_>>(),

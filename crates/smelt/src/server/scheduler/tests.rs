@@ -300,3 +300,16 @@ fn a_slot_reuses_the_prompt_prefix_it_holds() {
     let (text, usage) = collect(&rx);
     assert_eq!((text.as_str(), usage.cached_tokens), ("f", 3));
 }
+
+#[test]
+fn a_finished_request_frees_its_slot_before_done_arrives() {
+    // One slot and no queue, as `smelt chat` runs: each next turn is
+    // submitted as soon as the last one's Done arrives.
+    let (toy, _) = Toy::new(1, 64);
+    let sched = Scheduler::spawn(toy, Letters, 0);
+    for _ in 0..50 {
+        let (s, rx, _) = sink();
+        sched.submit(request(&[3], Some(2), &[]), s).unwrap();
+        assert_eq!(collect(&rx).0, "ef");
+    }
+}

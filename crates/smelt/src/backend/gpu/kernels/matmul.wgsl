@@ -1,16 +1,22 @@
 // Tiled matmul for prefill: out[t, r] = dot(w[r], x[t]) for n tokens.
-// Each workgroup computes a 64 (rows of w) × 64 (tokens) tile of out,
-// stepping k by 32: the weight tile is decoded from its GGUF blocks into
-// workgroup memory once per step (one group of 8 values per invocation),
-// then every invocation accumulates a 4 × 4 block in registers. Tiles are
-// stored as vec4s along rows and tokens, so the inner loop does two vec4
-// loads per four vec4 multiply-adds.
+// Each workgroup of 64 invocations computes a 64 (rows of w) × 64 (tokens)
+// tile of out, stepping k by 32. Per step, invocation lid decodes 8
+// consecutive values of 4 neighbouring weight rows from their GGUF blocks
+// (and loads the same of 4 tokens), storing them as vec4s across rows
+// (tokens) in workgroup memory. Then each invocation accumulates an 8 × 8
+// block in registers: four vec4 loads per 64 multiply-adds.
 //
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
+#ifdef MIN_SPLIT
+@group(0) @binding(4) var<storage, read_write> xsum: array<f32>;  // (n, k / 32) Q8_1 block sums
+
+var<workgroup> wmin: array<vec4<f32>, 16>;  // (TM / 4) this step's block minimum per row
+var<workgroup> xsm: array<vec4<f32>, 16>;   // (TN / 4) this step's block sum per token
+#endif
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
@@ -19,7 +25,15 @@ const TK: u32 = 32u;
 var<workgroup> ws: array<vec4<f32>, 512>; // (TK, TM / 4): rows 4i..4i+4 at column kk
 var<workgroup> xs: array<vec4<f32>, 512>; // (TK, TN / 4): tokens 4j..4j+4 at column kk
 
-@compute @workgroup_size(256)
+// Value e (0..8) of a V8.
+fn v8_at(v: V8, e: u32) -> f32 {
+    if (e < 4u) {
+        return v.a[e];
+    }
+    return v.b[e - 4u];
+}
+
+@compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let m = pu(0);
     let k = pu(1);
@@ -31,58 +45,126 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     if (t0 >= n) {
         return;
     }
-    // This invocation's 4 × 4 block: rows r0 + 4*ty.., tokens t0 + 4*tx..
-    let tx = lid % 16u;
-    let ty = lid / 16u;
-    // What it loads: 8 values (columns wc..wc+8) of tile row/token lid / 4.
-    let lr = lid / 4u;
-    let wc = (lid % 4u) * 8u;
-    let wr = r0 + lr;
-    let xt = t0 + lr;
-    var acc: array<vec4<f32>, 4>;
+    // Loading: rows (tokens) 4q..4q+4 of the tile, columns 8kg..8kg+8.
+    let q = lid / 4u;
+    let kg = lid % 4u;
+    // Computing: rows 8ty..8ty+8, tokens 8tx..8tx+8 of the tile.
+    let tx = lid % 8u;
+    let ty = lid / 8u;
+    var acc: array<vec4<f32>, 16>; // (8 tokens, 2 row quads)
     for (var k0 = 0u; k0 < k; k0 += TK) {
+        var rows: array<V8, 4>;
+        for (var i = 0u; i < 4u; i++) {
+            let r = r0 + 4u * q + i;
+            var v = V8(vec4<f32>(0.0), vec4<f32>(0.0));
 #ifdef PLAIN
-        for (var e = 0u; e < 8u; e++) {
-            var v = 0.0;
-            if (wr < m && k0 + wc + e < k) {
-                v = dq1(wr * row_bytes, k0 + wc + e);
+            for (var e = 0u; e < 8u; e++) {
+                let c = k0 + 8u * kg + e;
+                if (r < m && c < k) {
+                    if (e < 4u) {
+                        v.a[e] = dq1(r * row_bytes, c);
+                    } else {
+                        v.b[e - 4u] = dq1(r * row_bytes, c);
+                    }
+                }
             }
-            ws[(wc + e) * 16u + lr / 4u][lr % 4u] = v;
-        }
 #else
-        var v = V8(vec4<f32>(0.0), vec4<f32>(0.0));
-        if (wr < m) {
-            v = dq8(wr * row_bytes, (k0 + wc) / 8u);
-        }
-        for (var e = 0u; e < 4u; e++) {
-            ws[(wc + e) * 16u + lr / 4u][lr % 4u] = v.a[e];
-            ws[(wc + 4u + e) * 16u + lr / 4u][lr % 4u] = v.b[e];
-        }
-#endif
-        for (var e = 0u; e < 8u; e++) {
-            var v = 0.0;
-            if (xt < n && k0 + wc + e < k) {
-                v = x[xt * k + k0 + wc + e];
+            if (r < m) {
+                v = dq8(r * row_bytes, k0 / 8u + kg);
             }
-            xs[(wc + e) * 16u + lr / 4u][lr % 4u] = v;
+#endif
+            rows[i] = v;
+#ifdef MIN_SPLIT
+            // TK is one block: the step's minimum of row 4q + i.
+            if (kg == 0u) {
+                var mn = 0.0;
+                if (r < m) {
+                    mn = dq_min;
+                }
+                wmin[q][i] = mn;
+                let t = t0 + 4u * q + i;
+                var sm = 0.0;
+                if (t < n) {
+                    sm = xsum[t * (k / 32u) + k0 / 32u];
+                }
+                xsm[q][i] = sm;
+            }
+#endif
+        }
+        for (var e = 0u; e < 8u; e++) {
+            ws[(8u * kg + e) * 16u + q] = vec4<f32>(
+                v8_at(rows[0], e),
+                v8_at(rows[1], e),
+                v8_at(rows[2], e),
+                v8_at(rows[3], e),
+            );
+        }
+        for (var e = 0u; e < 8u; e++) {
+            let c = k0 + 8u * kg + e;
+            var v = vec4<f32>(0.0);
+            for (var i = 0u; i < 4u; i++) {
+                let t = t0 + 4u * q + i;
+                if (t < n && c < k) {
+                    v[i] = x[t * k + c];
+                }
+            }
+            xs[(8u * kg + e) * 16u + q] = v;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk++) {
-            let a = ws[kk * 16u + ty];
-            let b = xs[kk * 16u + tx];
-            acc[0] += a * b.x;
-            acc[1] += a * b.y;
-            acc[2] += a * b.z;
-            acc[3] += a * b.w;
+            let a0 = ws[kk * 16u + 2u * ty];
+            let a1 = ws[kk * 16u + 2u * ty + 1u];
+            let b0 = xs[kk * 16u + 2u * tx];
+            let b1 = xs[kk * 16u + 2u * tx + 1u];
+            acc[0] += a0 * b0.x;
+            acc[1] += a1 * b0.x;
+            acc[2] += a0 * b0.y;
+            acc[3] += a1 * b0.y;
+            acc[4] += a0 * b0.z;
+            acc[5] += a1 * b0.z;
+            acc[6] += a0 * b0.w;
+            acc[7] += a1 * b0.w;
+            acc[8] += a0 * b1.x;
+            acc[9] += a1 * b1.x;
+            acc[10] += a0 * b1.y;
+            acc[11] += a1 * b1.y;
+            acc[12] += a0 * b1.z;
+            acc[13] += a1 * b1.z;
+            acc[14] += a0 * b1.w;
+            acc[15] += a1 * b1.w;
         }
+#ifdef MIN_SPLIT
+        let n0 = xsm[2u * tx];
+        let n1 = xsm[2u * tx + 1u];
+        let mn0 = wmin[2u * ty];
+        let mn1 = wmin[2u * ty + 1u];
+        acc[0] += mn0 * n0.x;
+        acc[1] += mn1 * n0.x;
+        acc[2] += mn0 * n0.y;
+        acc[3] += mn1 * n0.y;
+        acc[4] += mn0 * n0.z;
+        acc[5] += mn1 * n0.z;
+        acc[6] += mn0 * n0.w;
+        acc[7] += mn1 * n0.w;
+        acc[8] += mn0 * n1.x;
+        acc[9] += mn1 * n1.x;
+        acc[10] += mn0 * n1.y;
+        acc[11] += mn1 * n1.y;
+        acc[12] += mn0 * n1.z;
+        acc[13] += mn1 * n1.z;
+        acc[14] += mn0 * n1.w;
+        acc[15] += mn1 * n1.w;
+#endif
         workgroupBarrier();
     }
-    for (var j = 0u; j < 4u; j++) {
-        let t = t0 + 4u * tx + j;
-        for (var i = 0u; i < 4u; i++) {
-            let r = r0 + 4u * ty + i;
-            if (t < n && r < m) {
-                out[t * m + r] = acc[j][i];
+    for (var j = 0u; j < 8u; j++) {
+        let t = t0 + 8u * tx + j;
+        for (var h = 0u; h < 2u; h++) {
+            for (var i = 0u; i < 4u; i++) {
+                let r = r0 + 8u * ty + 4u * h + i;
+                if (t < n && r < m) {
+                    out[t * m + r] = acc[2u * j + h][i];
+                }
             }
         }
     }

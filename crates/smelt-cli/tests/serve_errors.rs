@@ -1,0 +1,170 @@
+//! The server's error cases over raw HTTP: OpenAI's JSON error shape with
+//! the right status for bad JSON and parameters (400), keys (401), prompts
+//! longer than the context (400), unknown routes (404), oversized bodies
+//! (413) and a full wait queue (503); plus a clean exit on SIGTERM.
+
+mod serve_support;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use serve_support::{Server, connect, http, post_json};
+
+/// Asserts OpenAI's error shape and returns the message.
+fn error_of(status: u16, r: &serve_support::Response) -> String {
+    assert_eq!(r.status, status, "{}", r.body);
+    let v = r.json();
+    let e = &v["error"];
+    assert!(e["message"].is_string() && e["type"].is_string(), "{v}");
+    assert!(e.get("code").is_some(), "{v}");
+    e["message"].as_str().unwrap().to_string()
+}
+
+fn chat(max_tokens: u32) -> Value {
+    json!({"messages": [{"role": "user", "content": "Tell me a long story."}], "max_tokens": max_tokens})
+}
+
+#[test]
+fn bad_requests_get_openai_errors() {
+    let server = Server::start(&["--parallel", "1", "--ctx", "128", "--api-key", "sesame"]);
+    let a = server.addr;
+    let auth = [
+        ("Authorization", "Bearer sesame"),
+        ("Content-Type", "application/json"),
+    ];
+    let post = |path: &str, body: &str| http(a, "POST", path, &auth, body.as_bytes());
+
+    // 401 without a key or with a wrong one; /health stays open.
+    let r = post_json(a, "/v1/chat/completions", &chat(1));
+    error_of(401, &r);
+    let r = http(
+        a,
+        "GET",
+        "/v1/models",
+        &[("Authorization", "Bearer nope")],
+        b"",
+    );
+    assert_eq!(r.json()["error"]["code"], "invalid_api_key");
+    assert_eq!(http(a, "GET", "/health", &[], b"").status, 200);
+    let models = http(a, "GET", "/v1/models", &auth, b"");
+    assert_eq!(models.status, 200);
+    assert_eq!(models.json()["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1");
+
+    // 400: bad JSON, wrong types, parameters out of range.
+    let msg = error_of(400, &post("/v1/chat/completions", "{\"messages\": [}"));
+    assert!(msg.contains("JSON"), "{msg}");
+    error_of(400, &post("/v1/chat/completions", "{\"messages\": \"hi\"}"));
+    error_of(400, &post("/v1/completions", "{}"));
+    let user = json!([{"role": "user", "content": "hi"}]);
+    for (field, value) in [
+        ("temperature", json!(3.5)),
+        ("top_p", json!(-0.1)),
+        ("max_tokens", json!(0)),
+        ("n", json!(2)),
+        ("presence_penalty", json!(9)),
+        ("frequency_penalty", json!("a lot")),
+        ("stop", json!(["a", "b", "c", "d", "e"])),
+        ("messages", json!([])),
+        ("messages", json!([{"content": "no role"}])),
+    ] {
+        let mut body = json!({"messages": user, "max_tokens": 1});
+        body[field] = value.clone();
+        let r = post("/v1/chat/completions", &body.to_string());
+        error_of(400, &r);
+    }
+
+    // 400 for a prompt longer than the context (128 tokens here).
+    let long = "word ".repeat(400);
+    let r = post(
+        "/v1/completions",
+        &json!({"prompt": long, "max_tokens": 1}).to_string(),
+    );
+    let msg = error_of(400, &r);
+    assert!(msg.contains("context"), "{msg}");
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+
+    // 404 for unknown routes, 405 for a wrong method, both as JSON.
+    error_of(404, &http(a, "GET", "/v2/nothing", &auth, b""));
+    error_of(404, &post("/v1/embeddings", "{}"));
+    error_of(405, &http(a, "GET", "/v1/chat/completions", &auth, b""));
+
+    // 413 past the body limit (4 MiB).
+    let huge = format!("{{\"prompt\": \"{}\"}}", "x".repeat(5 << 20));
+    let r = post("/v1/completions", &huge);
+    error_of(413, &r);
+
+    // Still serving after all that.
+    let r = post(
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["usage"]["completion_tokens"], 2);
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status}");
+}
+
+/// One slot and a queue of one: a third concurrent request gets 503. A
+/// client that disconnects mid-stream frees its slot at once.
+#[test]
+fn full_queue_is_503_and_disconnects_free_slots() {
+    let server = Server::start(&["--parallel", "1", "--queue", "1", "--ctx", "1024"]);
+    let a = server.addr;
+    let stream_body = json!({
+        "messages": [{"role": "user", "content": "Write a very long essay about the sea."}],
+        "max_tokens": 900, "stream": true, "temperature": 0.8, "seed": 1
+    })
+    .to_string();
+    let headers = [("Content-Type", "application/json")];
+    // The first holds the slot (wait for its first bytes), the second waits.
+    let mut first = connect(
+        a,
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        stream_body.as_bytes(),
+    );
+    let mut buf = [0u8; 256];
+    let n = first.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let second = connect(
+        a,
+        "POST",
+        "/v1/chat/completions",
+        &headers,
+        stream_body.as_bytes(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http(a, "GET", "/health", &[], b"").json()["requests_waiting"] != 1 {
+        assert!(Instant::now() < deadline, "the second request never queued");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = post_json(a, "/v1/chat/completions", &chat(1));
+    let msg = error_of(503, &r);
+    assert!(msg.contains("busy"), "{msg}");
+
+    // Both clients leave mid-stream: the slot and the queue empty quickly,
+    // long before 900 tokens could have been generated.
+    drop(first);
+    drop(second);
+    let left = Instant::now();
+    loop {
+        let h = http(a, "GET", "/health", &[], b"").json();
+        if h["slots_processing"] == 0 && h["requests_waiting"] == 0 {
+            break;
+        }
+        assert!(
+            left.elapsed() < Duration::from_secs(10),
+            "slot not freed: {h}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = post_json(
+        a,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(server.terminate().success());
+}
