@@ -27,7 +27,9 @@ TOPICS = ["cats", "rivers", "chess", "tea", "the moon", "bridges", "owls", "rain
 
 
 def prompt_for(client, k):
-    return f"Say one short sentence about {TOPICS[(client + 5 * k) % len(TOPICS)]}, number {client}-{k}."
+    # Few distinct prompts (their answers alone are computed first), spread
+    # so that clients running side by side ask different things.
+    return f"Say one short sentence about {TOPICS[(client + 5 * k) % 8]}."
 
 
 def post(base, path, body, timeout=300):

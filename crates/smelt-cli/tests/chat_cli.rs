@@ -46,7 +46,6 @@ fn chat(args: &[&str], input: &str) -> (String, String) {
 }
 
 #[test]
-#[ignore = "needs the generation engine (model::Session and the tokenizer), not on main yet"]
 fn piped_messages_get_one_reply_line_each() {
     let (stdout, stderr) = chat(
         &["--temp", "0", "-n", "8"],
@@ -62,7 +61,6 @@ fn piped_messages_get_one_reply_line_each() {
 }
 
 #[test]
-#[ignore = "needs the generation engine (model::Session and the tokenizer), not on main yet"]
 fn old_turns_are_dropped_to_fit_the_context() {
     let input: String = (0..6)
         .map(|i| {

@@ -26,7 +26,6 @@ fn chat(max_tokens: u32) -> Value {
 }
 
 #[test]
-#[ignore = "needs the generation engine (model::Session and the tokenizer), not on main yet"]
 fn bad_requests_get_openai_errors() {
     let server = Server::start(&["--parallel", "1", "--ctx", "128", "--api-key", "sesame"]);
     let a = server.addr;
@@ -109,7 +108,6 @@ fn bad_requests_get_openai_errors() {
 /// One slot and a queue of one: a third concurrent request gets 503. A
 /// client that disconnects mid-stream frees its slot at once.
 #[test]
-#[ignore = "needs the generation engine (model::Session and the tokenizer), not on main yet"]
 fn full_queue_is_503_and_disconnects_free_slots() {
     let server = Server::start(&["--parallel", "1", "--queue", "1", "--ctx", "1024"]);
     let a = server.addr;

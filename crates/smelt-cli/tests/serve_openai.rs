@@ -9,7 +9,6 @@ use std::process::Command;
 use serve_support::{SMOLLM2, Server, model, repo};
 
 #[test]
-#[ignore = "needs the generation engine (model::Session and the tokenizer), not on main yet"]
 fn openai_python_client() {
     let server = Server::start(&["--parallel", "2", "--ctx", "1024"]);
     let out = Command::new("python3")

@@ -136,14 +136,24 @@ fn backend_selection_follows_the_flags() {
     assert_eq!("GPU".parse::<BackendKind>(), Ok(BackendKind::Gpu));
     assert!("metal".parse::<BackendKind>().is_err());
     assert!(
-        select(BackendKind::Cpu, Some(0), 1).is_err(),
+        select(BackendKind::Cpu, Some(0), Some(1)).is_err(),
         "--device with cpu"
     );
-    assert!(!select(BackendKind::Cpu, None, 1).unwrap().caps().is_gpu);
+    assert!(
+        !select(BackendKind::Cpu, None, Some(1))
+            .unwrap()
+            .caps()
+            .is_gpu
+    );
     // --backend gpu takes a software adapter too (lavapipe in CI).
-    assert!(select(BackendKind::Gpu, None, 1).unwrap().caps().is_gpu);
-    assert!(select(BackendKind::Gpu, Some(adapters().len()), 1).is_err());
+    assert!(
+        select(BackendKind::Gpu, None, Some(1))
+            .unwrap()
+            .caps()
+            .is_gpu
+    );
+    assert!(select(BackendKind::Gpu, Some(adapters().len()), Some(1)).is_err());
     // auto never picks a software adapter.
-    let auto = select(BackendKind::Auto, None, 1).unwrap();
+    let auto = select(BackendKind::Auto, None, Some(1)).unwrap();
     assert_eq!(auto.caps().is_gpu, best_hardware().is_some());
 }

@@ -1,8 +1,231 @@
-//! `smelt bench`.
+//! `smelt bench`: prompt processing and generation speed, as llama-bench
+//! measures them.
+//!
+//! - `ppN`: N random tokens in one batch (logits for the last only), from an
+//!   empty cache.
+//! - `tgN`: N tokens decoded one at a time from an empty cache, each a
+//!   random id.
+//!
+//! Each test runs once to warm up, then `-r` times; the table gives the mean
+//! and sample standard deviation of tokens per second.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::bail;
+use smelt::model::{Batch, Session, SessionParams};
+
+use crate::engine::{self, BackendArgs};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1)
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
+    /// Prompt tokens (0 skips the test)
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Generated tokens (0 skips the test)
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions of each test
+    #[arg(short = 'r', long, default_value_t = 5)]
+    repetitions: usize,
+    /// Output format: md or json
+    #[arg(short = 'o', long, default_value = "md")]
+    output: Format,
+    #[command(flatten)]
+    backend: BackendArgs,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`smelt bench` is not built yet")
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Format {
+    Md,
+    Json,
+}
+
+struct Result {
+    test: String,
+    n_prompt: usize,
+    n_gen: usize,
+    /// Tokens per second of each repetition.
+    samples: Vec<f64>,
+}
+
+impl Result {
+    fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len() as f64
+    }
+
+    fn stddev(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.samples.iter().map(|s| (s - m).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if args.repetitions == 0 {
+        bail!("-r 0 measures nothing");
+    }
+    if args.n_prompt == 0 && args.n_gen == 0 {
+        bail!("both -p and -n are 0: nothing to measure");
+    }
+    let params = SessionParams {
+        n_ctx: Some(args.n_prompt.max(args.n_gen).max(1)),
+        n_batch: args.n_prompt.clamp(1, 512),
+        ..SessionParams::default()
+    };
+    let mut m = engine::open(args.model.as_deref(), &args.backend, params)?;
+    let threads = args
+        .backend
+        .threads
+        .unwrap_or_else(smelt::backend::cpu::default_threads);
+    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let vocab = m.session.config().n_vocab as u64;
+    let mut random = move || (rng.next() % vocab) as u32;
+
+    let mut results = Vec::new();
+    if args.n_prompt > 0 {
+        let mut run = |s: &mut Session| -> anyhow::Result<f64> {
+            let tokens: Vec<u32> = (0..args.n_prompt).map(|_| random()).collect();
+            s.truncate(0, 0);
+            let start = Instant::now();
+            s.decode(&Batch::sequence(&tokens, 0, 0))?;
+            Ok(args.n_prompt as f64 / start.elapsed().as_secs_f64())
+        };
+        run(&mut m.session)?;
+        let samples = (0..args.repetitions)
+            .map(|_| run(&mut m.session))
+            .collect::<anyhow::Result<_>>()?;
+        results.push(Result {
+            test: format!("pp{}", args.n_prompt),
+            n_prompt: args.n_prompt,
+            n_gen: 0,
+            samples,
+        });
+    }
+    if args.n_gen > 0 {
+        let mut run = |s: &mut Session, n: usize| -> anyhow::Result<f64> {
+            s.truncate(0, 0);
+            let start = Instant::now();
+            for pos in 0..n {
+                s.decode(&Batch::sequence(&[random()], pos, 0))?;
+            }
+            Ok(n as f64 / start.elapsed().as_secs_f64())
+        };
+        run(&mut m.session, 1)?;
+        let samples = (0..args.repetitions)
+            .map(|_| run(&mut m.session, args.n_gen))
+            .collect::<anyhow::Result<_>>()?;
+        results.push(Result {
+            test: format!("tg{}", args.n_gen),
+            n_prompt: 0,
+            n_gen: args.n_gen,
+            samples,
+        });
+    }
+
+    let model = m.session.model();
+    let arch = m.session.config().arch.name();
+    let size_label = m
+        .file
+        .get("general.size_label")
+        .and_then(|v| v.as_str())
+        .map_or_else(|| params_label(model.n_params), str::to_string);
+    let ftype = file_type(&m.file);
+    let model_name = format!("{arch} {size_label} {ftype}");
+    let size = format_size(model.n_bytes);
+    let params = format_params(model.n_params);
+    let backend = model.backend_name();
+    match args.output {
+        Format::Md => {
+            println!("| model | size | params | backend | threads | test | t/s |");
+            println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+            for r in &results {
+                println!(
+                    "| {model_name} | {size} | {params} | {backend} | {threads} | {} | {:.2} ± {:.2} |",
+                    r.test,
+                    r.mean(),
+                    r.stddev()
+                );
+            }
+        }
+        Format::Json => {
+            let rows: Vec<_> = results
+                .iter()
+                .map(|r| {
+                    serde_json::json!({
+                        "model_filename": m.path.display().to_string(),
+                        "model_type": model_name,
+                        "model_size": model.n_bytes,
+                        "model_n_params": model.n_params,
+                        "backends": backend,
+                        "n_threads": threads,
+                        "n_prompt": r.n_prompt,
+                        "n_gen": r.n_gen,
+                        "test": r.test,
+                        "avg_ts": r.mean(),
+                        "stddev_ts": r.stddev(),
+                        "samples_ts": r.samples,
+                    })
+                })
+                .collect();
+            println!("{}", serde_json::to_string_pretty(&rows)?);
+        }
+    }
+    Ok(())
+}
+
+/// Random token ids: any fixed sequence will do, as llama-bench's `rand()`.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The type most of the weights are in: llama.cpp's file type name.
+fn file_type(file: &smelt::gguf::GgufFile) -> String {
+    let mut bytes: std::collections::BTreeMap<_, u64> = Default::default();
+    for t in &file.tensors {
+        *bytes.entry(t.dtype).or_default() += t.size;
+    }
+    bytes
+        .into_iter()
+        .max_by_key(|&(_, b)| b)
+        .map_or_else(|| "?".into(), |(t, _)| t.name().to_string())
+}
+
+fn format_size(bytes: u64) -> String {
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    if mib >= 1024.0 {
+        format!("{:.2} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.2} MiB")
+    }
+}
+
+fn format_params(n: u64) -> String {
+    let n = n as f64;
+    if n >= 1e9 {
+        format!("{:.2} B", n / 1e9)
+    } else {
+        format!("{:.2} M", n / 1e6)
+    }
+}
+
+fn params_label(n: u64) -> String {
+    if n >= 1_000_000_000 {
+        format!("{}B", n / 1_000_000_000)
+    } else {
+        format!("{}M", n / 1_000_000)
+    }
 }

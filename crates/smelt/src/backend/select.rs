@@ -8,7 +8,8 @@
 //! - [`gpu`] uses the GPU it is given (`--device N` from `smelt devices`), or
 //!   the best adapter, software ones included; it fails rather than fall
 //!   back.
-//! - [`cpu`] is the CPU backend with `threads` workers.
+//! - [`cpu`] is the CPU backend on `threads` threads (default: the physical
+//!   cores); `cpu-ref` its plain reference ops, for checking.
 
 use std::str::FromStr;
 
@@ -23,6 +24,8 @@ pub enum BackendKind {
     Auto,
     Gpu,
     Cpu,
+    /// The CPU reference ops: slow, plain, the oracle.
+    CpuRef,
 }
 
 impl FromStr for BackendKind {
@@ -32,14 +35,16 @@ impl FromStr for BackendKind {
             "auto" => Ok(Self::Auto),
             "gpu" => Ok(Self::Gpu),
             "cpu" => Ok(Self::Cpu),
-            other => Err(format!("unknown backend {other:?}: use auto, gpu or cpu")),
+            "cpu-ref" => Ok(Self::CpuRef),
+            other => Err(format!(
+                "unknown backend {other:?}: use auto, gpu, cpu or cpu-ref"
+            )),
         }
     }
 }
 
-/// The best hardware GPU, else the CPU with `threads` workers (with a note
-/// on stderr).
-pub fn auto(threads: usize) -> Result<Box<dyn Backend>> {
+/// The best hardware GPU, else the CPU (with a note on stderr).
+pub fn auto(threads: Option<usize>) -> Result<Box<dyn Backend>> {
     match best_hardware() {
         Some(r) => gpu(&GpuOptions {
             device: Some(r.index),
@@ -60,23 +65,29 @@ pub fn gpu(opts: &GpuOptions) -> Result<Box<dyn Backend>> {
     Ok(Box::new(GpuBackend::new(opts)?))
 }
 
-/// The CPU backend with `threads` workers.
-pub fn cpu(threads: usize) -> Result<Box<dyn Backend>> {
-    Ok(Box::new(CpuBackend::new(threads)?))
+/// The fast CPU backend on `threads` threads (default: the physical cores).
+pub fn cpu(threads: Option<usize>) -> Result<Box<dyn Backend>> {
+    let n = threads.unwrap_or_else(super::cpu::default_threads);
+    if n == 0 {
+        return Err(BackendError::Other("--threads must be at least 1".into()));
+    }
+    Ok(Box::new(CpuBackend::new(n)?))
 }
 
-/// What `--backend KIND [--device N]` asks for (`threads` for the CPU). A
-/// device index implies the GPU; with `cpu` it is an error.
+/// What `--backend KIND [--device N] [--threads N]` asks for. A device
+/// index implies the GPU; with a CPU backend it is an error. `threads`
+/// sizes the CPU backend's pool.
 pub fn select(
     kind: BackendKind,
     device: Option<usize>,
-    threads: usize,
+    threads: Option<usize>,
 ) -> Result<Box<dyn Backend>> {
     match (kind, device) {
-        (BackendKind::Cpu, Some(_)) => Err(BackendError::Other(
-            "--device selects a GPU; it cannot go with --backend cpu".into(),
+        (BackendKind::Cpu | BackendKind::CpuRef, Some(_)) => Err(BackendError::Other(
+            "--device selects a GPU; it cannot go with a CPU backend".into(),
         )),
         (BackendKind::Cpu, None) => cpu(threads),
+        (BackendKind::CpuRef, None) => Ok(Box::new(CpuBackend::reference())),
         (BackendKind::Auto, None) => auto(threads),
         (_, device) => gpu(&GpuOptions {
             device,

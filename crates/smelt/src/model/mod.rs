@@ -17,6 +17,7 @@ pub mod llama;
 use crate::backend::{Backend, BackendError, BackendExt};
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::GgmlType;
+use crate::server;
 pub use config::{Arch, Config, SUPPORTED_ARCHS};
 use kv_cache::KvCache;
 
@@ -158,6 +159,13 @@ pub struct Batch {
     pub rows: Vec<BatchRow>,
 }
 
+impl std::ops::Deref for Batch {
+    type Target = [BatchRow];
+    fn deref(&self) -> &[BatchRow] {
+        &self.rows
+    }
+}
+
 impl Batch {
     /// `tokens` at positions `start..` of slot `seq`, with logits for the
     /// last row only: a prompt, or one decoded token.
@@ -193,9 +201,11 @@ pub struct Session {
     n_ctx: usize,
     cache: KvCache,
     act: llama::Activations,
-    /// Host staging, reused: per-chunk indices and all outputs' logits.
+    /// Host staging, reused: per-chunk indices, all outputs' logits, and
+    /// rows given through [`server::Engine`].
     staging: [Vec<i32>; 5],
     logits: Vec<f32>,
+    rows: Vec<BatchRow>,
 }
 
 impl Session {
@@ -236,6 +246,7 @@ impl Session {
             act,
             staging: Default::default(),
             logits: Vec::new(),
+            rows: Vec::new(),
         })
     }
 
@@ -266,18 +277,18 @@ impl Session {
         self.cache.truncate(slot, len);
     }
 
-    /// Runs the batch and returns the logits of the rows that asked for
+    /// Runs the rows and returns the logits of the rows that asked for
     /// them, in row order: `n_outputs × n_vocab` values.
     ///
     /// Each slot's rows must be consecutive positions, starting at most at
     /// the slot's current length (continuing it or rewinding it).
-    pub fn decode(&mut self, batch: &Batch) -> Result<&[f32]> {
-        let spans = self.check(batch)?;
+    pub fn decode(&mut self, rows: &[BatchRow]) -> Result<&[f32]> {
+        let spans = self.check(rows)?;
         let vocab = self.model.config.n_vocab;
-        let n_out_total = batch.rows.iter().filter(|r| r.logits).count();
+        let n_out_total = rows.iter().filter(|r| r.logits).count();
         self.logits.resize(n_out_total * vocab, 0.0);
         let mut out_done = 0;
-        for chunk in batch.rows.chunks(self.params.n_batch) {
+        for chunk in rows.chunks(self.params.n_batch) {
             if let Err(e) = self.run_chunk(chunk, out_done) {
                 // What this batch wrote is unknown now; what came before
                 // its first position of each slot is intact.
@@ -302,11 +313,11 @@ impl Session {
 
     /// Checks a batch against the vocabulary, the slots and the context;
     /// returns each slot's `(first, last)` position in it.
-    fn check(&self, batch: &Batch) -> Result<Vec<Option<(usize, usize)>>> {
-        if batch.rows.is_empty() {
+    fn check(&self, rows: &[BatchRow]) -> Result<Vec<Option<(usize, usize)>>> {
+        if rows.is_empty() {
             return Err(ModelError::Param("an empty batch".into()));
         }
-        let n_out = batch.rows.iter().filter(|r| r.logits).count();
+        let n_out = rows.iter().filter(|r| r.logits).count();
         if n_out > self.params.n_outputs {
             return Err(ModelError::Param(format!(
                 "{n_out} rows ask for logits; the session allows {}",
@@ -316,7 +327,7 @@ impl Session {
         let vocab = self.model.config.n_vocab;
         // Per slot: (first, last) position seen so far in this batch.
         let mut spans: Vec<Option<(usize, usize)>> = vec![None; self.cache.n_slots];
-        for r in &batch.rows {
+        for r in rows {
             if r.token as usize >= vocab {
                 return Err(ModelError::Param(format!(
                     "token {} is outside the vocabulary of {vocab}",
@@ -388,5 +399,45 @@ impl Session {
             b.read(a.logits.with_rows(n_out), bytemuck::cast_slice_mut(dst))?;
         }
         Ok(())
+    }
+}
+
+/// The server's scheduler drives a session through this.
+impl server::Engine for Session {
+    fn n_slots(&self) -> usize {
+        self.params.n_slots
+    }
+
+    fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.model.config.n_vocab
+    }
+
+    fn n_batch(&self) -> usize {
+        self.params.n_batch
+    }
+
+    fn decode(&mut self, rows: &[server::Row]) -> std::result::Result<&[f32], String> {
+        let mut staged = std::mem::take(&mut self.rows);
+        staged.clear();
+        staged.extend(rows.iter().map(|r| BatchRow {
+            token: r.token,
+            pos: r.pos,
+            seq: r.seq,
+            logits: r.logits,
+        }));
+        let result = Session::decode(self, &staged).map(<[f32]>::len);
+        self.rows = staged;
+        match result {
+            Ok(n) => Ok(&self.logits[..n]),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn truncate(&mut self, slot: usize, len: usize) {
+        Session::truncate(self, slot, len);
     }
 }

@@ -15,7 +15,6 @@
 
 use std::sync::Mutex;
 
-use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::pool::{SharedMut, ThreadPool};
@@ -97,11 +96,9 @@ fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f3
     // ggml rounds to the cache type where it rounds: the query to f16 for
     // the f16 key dot products, the value accumulator to f16 after every
     // update. Identity for F32 caches.
-    let round = |x: f32| {
+    let round = |v: &mut [f32]| {
         if f16_cache {
-            f16::from_f32(x).to_f32()
-        } else {
-            x
+            M::round_to_f16(v);
         }
     };
     // Scratch: keys s × hd | values s × hd | query hd | accumulator hd.
@@ -122,9 +119,8 @@ fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f3
     let scale = p.softcap.map_or(p.scale, |cap| p.scale / cap);
     for h in kv_head * group..(kv_head + 1) * group {
         let q = &job.q[row * q_cols + h * hd..row * q_cols + (h + 1) * hd];
-        for (d, &v) in qh.iter_mut().zip(q) {
-            *d = round(v);
-        }
+        qh.copy_from_slice(q);
+        round(qh);
         // Online softmax over the span in position order (flash attention):
         // `max` the running maximum, `sum` the running denominator.
         let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
@@ -138,13 +134,15 @@ fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f3
             if score > max {
                 ms = (max - score).exp();
                 max = score;
-                acc.iter_mut().for_each(|a| *a = round(*a * ms));
+                acc.iter_mut().for_each(|a| *a *= ms);
+                round(acc);
             } else {
                 vs = (score - max).exp();
             }
             for (a, &v) in acc.iter_mut().zip(&vals[j * hd..(j + 1) * hd]) {
-                *a = round(M::madd(v, vs, *a));
+                *a = M::madd(v, vs, *a);
             }
+            round(acc);
             sum = M::madd(sum, ms, vs);
         }
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };

@@ -61,7 +61,7 @@ impl Fast {
     ) -> Result<()> {
         let n = x.len() / k.max(1);
         let acts = if q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8) {
-            self.q8.quantize(x);
+            self.q8.quantize(self.isa, x);
             Acts::Q8(&self.q8)
         } else {
             Acts::F32(x)

@@ -136,6 +136,35 @@ fn item_generic<M: Madd>(
         unsafe { job.out.slice(i * job.m + rows.start + j, vals.len()) }.copy_from_slice(vals);
     };
     match job.acts {
+        Acts::Q8(x) if xrows.len() <= 2 && q8::has_raw_kernel::<M>() => {
+            // Decode: each weight block is used once or twice, so the
+            // kernel reads the GGUF blocks as they are instead of unpacking.
+            let nb = k / q8::QK8;
+            for i in xrows {
+                let xr = (
+                    &x.qs[i * k..(i + 1) * k],
+                    &x.d[i * nb..(i + 1) * nb],
+                    &x.s[i * nb..(i + 1) * nb],
+                );
+                let wrow = |j: usize| &src[j * job.row_bytes..(j + 1) * job.row_bytes];
+                let mut j = 0;
+                while j < nw {
+                    if nw - j >= WR {
+                        let t = q8::raw_dots::<M, WR>(
+                            job.dtype,
+                            xr,
+                            [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)],
+                        );
+                        store(i, j, &t);
+                        j += WR;
+                    } else {
+                        let t = q8::raw_dots::<M, 1>(job.dtype, xr, [wrow(j)]);
+                        store(i, j, &t);
+                        j += 1;
+                    }
+                }
+            }
+        }
         Acts::Q8(x) => {
             let nb = k / q8::QK8;
             buf.w.unpack(job.dtype, src);
@@ -218,15 +247,18 @@ fn tiles<X: Copy, W: Copy>(
             let wr = (nw - j).min(WR);
             if xr == XR && wr == WR {
                 let t = full(
-                    std::array::from_fn(|r| xrow(i + r)),
-                    std::array::from_fn(|c| wrow(j + c)),
+                    [xrow(i), xrow(i + 1), xrow(i + 2)],
+                    [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)],
                 );
                 for (r, vals) in t.iter().enumerate() {
                     store(i + r, j, vals);
                 }
             } else if wr == WR {
                 for r in 0..xr {
-                    let t = row([xrow(i + r)], std::array::from_fn(|c| wrow(j + c)));
+                    let t = row(
+                        [xrow(i + r)],
+                        [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)],
+                    );
                     store(i + r, j, &t[0]);
                 }
             } else {
@@ -258,7 +290,7 @@ pub fn dequantize_rows(
     k: usize,
     dst: &mut [f32],
 ) -> Result<(), QuantError> {
-    let f16_of = |b: &[u8]| f16::from_le_bytes([b[0], b[1]]).to_f32();
+    let f16_of = |b: &[u8]| simd::f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
     match dtype {
         GgmlType::F32 => {
             for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {

@@ -23,6 +23,7 @@ use super::{
     AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Tensor, WeightData,
 };
 use crate::quant::{self, GgmlType};
+use quant::can_dequantize;
 use reference::{Rows, RowsMut};
 use store::{OutBuf, Store};
 
@@ -90,12 +91,34 @@ fn rows_mut(buf: &mut OutBuf, t: Tensor) -> RowsMut<'_> {
     }
 }
 
-/// Whether the quant module can dequantize `dtype`: asked of it directly,
-/// with one all-zero block, rather than kept in a second list here.
-fn can_dequantize(dtype: GgmlType) -> bool {
-    let block = vec![0u8; dtype.type_size()];
-    let mut out = vec![0f32; dtype.block_size()];
-    quant::dequantize_row(dtype, &block, &mut out).is_ok()
+/// Threads for the fast backend when none are asked for: the physical
+/// cores (hyper-threads share a core's vector units, which the matmuls
+/// keep busy), but no more than this process may run on.
+pub fn default_threads() -> usize {
+    let allowed = std::thread::available_parallelism().map_or(1, |n| n.get());
+    physical_cores().unwrap_or(allowed).clamp(1, allowed)
+}
+
+/// Distinct cores by Linux's topology files: one `core_cpus_list` (or the
+/// older `thread_siblings_list`) per core, shared by its hyper-threads.
+fn physical_cores() -> Option<usize> {
+    let mut cores = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir("/sys/devices/system/cpu").ok()? {
+        let path = entry.ok()?.path();
+        let name = path.file_name()?.to_str()?;
+        if name
+            .strip_prefix("cpu")
+            .is_none_or(|n| n.parse::<u32>().is_err())
+        {
+            continue;
+        }
+        let topo = path.join("topology");
+        let list = std::fs::read_to_string(topo.join("core_cpus_list"))
+            .or_else(|_| std::fs::read_to_string(topo.join("thread_siblings_list")))
+            .ok()?;
+        cores.insert(list.trim().to_string());
+    }
+    (!cores.is_empty()).then_some(cores.len())
 }
 
 impl Backend for CpuBackend {

@@ -3,13 +3,19 @@
 //! The calling thread is worker 0 and runs its share of each job; the others
 //! wait between jobs by spinning for a short while (the next op of a token
 //! comes within microseconds) and then sleep on a condition variable, so an
-//! idle session costs no CPU. A job is a borrowed closure: [`ThreadPool::run`]
-//! does not return until every worker is done with it.
+//! idle session costs no CPU.
+//!
+//! Work is handed out in chunks on demand, and the caller does not wait for
+//! workers that have not started: once it has taken the last chunk it closes
+//! the job, and a worker that wakes late (the OS gave its core to someone
+//! else) finds it closed and goes back to waiting. The caller waits only for
+//! workers inside the job, so one descheduled thread does not stall every op
+//! of a shared machine.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -17,18 +23,25 @@ use std::time::{Duration, Instant};
 /// How long an idle worker spins before it sleeps.
 const SPIN: Duration = Duration::from_micros(200);
 
+/// The job gate: `epoch << 32 | CLOSED | workers inside`.
+const CLOSED: u64 = 1 << 31;
+const INSIDE: u64 = CLOSED - 1;
+
+fn epoch_of(gate: u64) -> u32 {
+    (gate >> 32) as u32
+}
+
 /// A job with its lifetime erased; see the SAFETY notes where it is made
 /// and used.
 #[derive(Clone, Copy)]
 struct JobRef(*const (dyn Fn(usize) + Sync));
 
 struct Shared {
-    /// Bumped once per job (and at shutdown); workers run each epoch once.
-    epoch: AtomicUsize,
-    /// Workers (not counting the caller) still in the current job.
-    active: AtomicUsize,
-    /// The current job, written by the caller only while no worker is in a
-    /// job (`active == 0`), read by workers only after seeing a new epoch.
+    /// Which job is current, whether it still admits workers, and how many
+    /// are inside it.
+    gate: AtomicU64,
+    /// The current job, written by the caller only while the gate is closed
+    /// with nobody inside, read by workers only once inside.
     job: UnsafeCell<Option<JobRef>>,
     stop: AtomicBool,
     panicked: AtomicBool,
@@ -39,10 +52,11 @@ struct Shared {
 }
 
 // SAFETY: `job` is the only non-Sync field. It is written only by the thread
-// that owns the pool, inside `run`, while `active == 0` (no worker reads it),
-// and read by workers between observing the new epoch (Acquire, after the
-// caller's Release bump that follows the write) and their `active`
-// decrement. The closure it points to is itself `Sync`.
+// that owns the pool, inside `run`, while the gate is closed and nobody is
+// inside (so no worker reads it), before the Release store that opens the
+// gate; workers read it only after entering through the gate (an AcqRel
+// compare-exchange that saw it open), and the caller does not return before
+// every worker that entered has left. The closure it points to is `Sync`.
 unsafe impl Sync for Shared {}
 // SAFETY: as above; the raw job pointer is only dereferenced under that
 // protocol.
@@ -57,8 +71,7 @@ impl ThreadPool {
     /// A pool of `n_threads` (at least 1), counting the caller.
     pub fn new(n_threads: usize) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
-            epoch: AtomicUsize::new(0),
-            active: AtomicUsize::new(0),
+            gate: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(None),
             stop: AtomicBool::new(false),
             panicked: AtomicBool::new(false),
@@ -86,37 +99,42 @@ impl ThreadPool {
         self.workers.len() + 1
     }
 
-    /// Runs `f(thread_index)` on every thread of the pool, the caller
-    /// included, and returns when all are done.
+    /// Runs `f(thread_index)` on the caller and on whichever workers join
+    /// before the caller's `f` returns; returns when all that joined are
+    /// done. `f` must therefore share its work out itself (see
+    /// [`ThreadPool::for_each`]).
     ///
     /// # Panics
     /// If `f` panicked on any thread.
-    pub fn run(&mut self, f: &(dyn Fn(usize) + Sync)) {
+    fn run(&mut self, f: &(dyn Fn(usize) + Sync)) {
         let s = &*self.shared;
-        if !self.workers.is_empty() {
-            // SAFETY: the lifetime is erased so workers can hold the job.
-            // They only use it until they decrement `active`, and this
-            // function does not return (or unwind: the caller's share runs
-            // under catch_unwind) before `active` is back to 0.
-            let job: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
-            // SAFETY: no worker is in a job (`active == 0` since the last
-            // run returned), so nothing reads `job` while it is written.
-            unsafe { *s.job.get() = Some(JobRef(job)) };
-            s.active.store(self.workers.len(), Relaxed);
-            s.epoch.fetch_add(1, SeqCst);
-            if s.sleepers.load(SeqCst) > 0 {
-                let _guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
-                s.wake.notify_all();
-            }
+        if self.workers.is_empty() {
+            f(0);
+            return;
+        }
+        // SAFETY: the lifetime is erased so workers can hold the job. They
+        // use it only while inside the gate, and this function does not
+        // return (or unwind: the caller's share runs under catch_unwind)
+        // before the gate is closed with nobody inside.
+        let job: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
+        // SAFETY: the gate is closed with nobody inside (the state the last
+        // run left), so no worker reads `job` while it is written.
+        unsafe { *s.job.get() = Some(JobRef(job)) };
+        let epoch = epoch_of(s.gate.load(Relaxed)).wrapping_add(1);
+        s.gate.store(u64::from(epoch) << 32, SeqCst);
+        if s.sleepers.load(SeqCst) > 0 {
+            let _guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
         }
         let mine = catch_unwind(AssertUnwindSafe(|| f(0)));
+        s.gate.fetch_or(CLOSED, AcqRel);
         let mut spins = 0u32;
-        while s.active.load(Acquire) != 0 {
+        while s.gate.load(Acquire) & INSIDE != 0 {
             spins += 1;
-            if spins < 1 << 16 {
+            if spins < 1 << 12 {
                 std::hint::spin_loop();
             } else {
-                // A worker was descheduled: let it have the core.
+                // A worker inside was descheduled: let it have the core.
                 std::thread::yield_now();
             }
         }
@@ -152,16 +170,15 @@ impl ThreadPool {
 }
 
 fn worker(s: &Shared, index: usize) {
-    let mut seen = 0;
+    let mut seen = 0u32;
     loop {
         // Wait for a new epoch: spin first, then sleep.
         let start = Instant::now();
         let mut spins = 0u32;
-        loop {
-            let epoch = s.epoch.load(Acquire);
-            if epoch != seen {
-                seen = epoch;
-                break;
+        let gate = loop {
+            let gate = s.gate.load(Acquire);
+            if epoch_of(gate) != seen || s.stop.load(Acquire) {
+                break gate;
             }
             spins += 1;
             if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
@@ -172,7 +189,7 @@ fn worker(s: &Shared, index: usize) {
             s.sleepers.fetch_add(1, SeqCst);
             // Re-check after announcing sleep: either the caller sees the
             // sleeper and notifies under the lock, or we see its new epoch.
-            let guard = if s.epoch.load(SeqCst) == seen {
+            let guard = if epoch_of(s.gate.load(SeqCst)) == seen && !s.stop.load(SeqCst) {
                 s.wake.wait(guard).unwrap_or_else(|e| e.into_inner())
             } else {
                 guard
@@ -180,29 +197,52 @@ fn worker(s: &Shared, index: usize) {
             s.sleepers.fetch_sub(1, SeqCst);
             drop(guard);
             spins = 0;
-        }
+        };
         if s.stop.load(Acquire) {
             return;
         }
-        // SAFETY: the caller wrote the job before bumping the epoch we just
-        // observed with Acquire, and keeps it alive until `active` reaches 0.
-        let job = unsafe { (*s.job.get()).expect("a job is set for every epoch") };
+        seen = epoch_of(gate);
+        if !enter(s, seen) {
+            continue;
+        }
+        // SAFETY: inside the gate, the job is set and stays alive until we
+        // leave (see `Shared`).
+        let job = unsafe { (*s.job.get()).expect("a job is set while the gate is open") };
         // SAFETY: see JobRef: the closure outlives this use.
         let f = unsafe { &*job.0 };
         if catch_unwind(AssertUnwindSafe(|| f(index))).is_err() {
             s.panicked.store(true, Relaxed);
         }
-        s.active.fetch_sub(1, Release);
+        s.gate.fetch_sub(1, Release);
+    }
+}
+
+/// Joins job `epoch` if it is still the current one and open.
+fn enter(s: &Shared, epoch: u32) -> bool {
+    let mut gate = s.gate.load(Acquire);
+    loop {
+        if epoch_of(gate) != epoch || gate & CLOSED != 0 {
+            return false;
+        }
+        match s
+            .gate
+            .compare_exchange_weak(gate, gate + 1, AcqRel, Acquire)
+        {
+            Ok(_) => return true,
+            Err(now) => gate = now,
+        }
     }
 }
 
 impl Drop for ThreadPool {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Release);
-        self.shared.epoch.fetch_add(1, SeqCst);
+        let s = &*self.shared;
+        s.stop.store(true, SeqCst);
+        let epoch = epoch_of(s.gate.load(Relaxed)).wrapping_add(1);
+        s.gate.store(u64::from(epoch) << 32 | CLOSED, SeqCst);
         {
-            let _guard = self.shared.lock.lock().unwrap_or_else(|e| e.into_inner());
-            self.shared.wake.notify_all();
+            let _guard = s.lock.lock().unwrap_or_else(|e| e.into_inner());
+            s.wake.notify_all();
         }
         for w in self.workers.drain(..) {
             let _ = w.join();

@@ -22,7 +22,7 @@
 
 use half::f16;
 
-use super::simd::{LANES, Madd, hsum};
+use super::simd::{Isa, LANES, Madd, f16_to_f32, hsum, multiversion};
 use crate::quant::GgmlType;
 
 /// Values per Q8 block.
@@ -47,7 +47,23 @@ pub struct Q8Acts {
 
 impl Q8Acts {
     /// Quantizes rows of `k` values (`k` a multiple of 32).
-    pub fn quantize(&mut self, x: &[f32]) {
+    pub fn quantize(&mut self, isa: Isa, x: &[f32]) {
+        quantize_kernel(isa, self, x);
+    }
+}
+
+multiversion! {
+    fn quantize_kernel(acts: &mut Q8Acts, x: &[f32]) = quantize_generic;
+}
+
+#[inline(always)]
+fn quantize_generic<M: Madd>(acts: &mut Q8Acts, x: &[f32]) {
+    acts.quantize_rows(x);
+}
+
+impl Q8Acts {
+    #[inline(always)]
+    fn quantize_rows(&mut self, x: &[f32]) {
         let nb = x.len() / QK8;
         self.qs.resize(x.len(), 0);
         self.d.resize(nb, 0.0);
@@ -91,27 +107,15 @@ impl Unpacked {
         self.qs.resize(nb * QK8, 0);
         self.d.resize(nb, 0.0);
         self.m.resize(nb, 0.0);
-        let f16_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
-        for (i, (blk, q)) in src
-            .chunks_exact(bytes)
-            .zip(self.qs.chunks_exact_mut(QK8))
-            .enumerate()
-        {
+        let blocks = src.chunks_exact(bytes).zip(self.qs.chunks_exact_mut(QK8));
+        for (i, (blk, q)) in blocks.enumerate() {
             self.d[i] = f16_at(blk, 0);
+            let q: &mut [i8; QK8] = q.try_into().expect("whole blocks");
             match dtype {
-                // Low nibbles are values 0..16, high nibbles 16..32.
-                GgmlType::Q4_0 | GgmlType::Q4_1 => {
-                    let (off, qs) = if dtype == GgmlType::Q4_0 {
-                        (8, &blk[2..18])
-                    } else {
-                        self.m[i] = f16_at(blk, 2);
-                        (0, &blk[4..20])
-                    };
-                    let (lo, hi) = q.split_at_mut(16);
-                    for j in 0..16 {
-                        lo[j] = (qs[j] & 15) as i8 - off;
-                        hi[j] = (qs[j] >> 4) as i8 - off;
-                    }
+                GgmlType::Q4_0 => nibbles(blk[2..18].try_into().expect("Q4_0 block"), 8, q),
+                GgmlType::Q4_1 => {
+                    self.m[i] = f16_at(blk, 2);
+                    nibbles(blk[4..20].try_into().expect("Q4_1 block"), 0, q);
                 }
                 _ => {
                     for (o, &b) in q.iter_mut().zip(&blk[2..34]) {
@@ -123,18 +127,32 @@ impl Unpacked {
     }
 }
 
+/// Low nibbles are values 0..16, high nibbles 16..32, each minus `off`.
+/// Fixed sizes, so the loop vectorizes.
+#[inline(always)]
+fn nibbles(qs: &[u8; 16], off: i8, q: &mut [i8; QK8]) {
+    for j in 0..16 {
+        q[j] = (qs[j] & 15) as i8 - off;
+        q[j + 16] = (qs[j] >> 4) as i8 - off;
+    }
+}
+
 /// The 8 integer lanes of one block: lane `l` sums products `4l..4l+3`.
 #[inline(always)]
 fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
+    // Plain loops over fixed sizes: closures (`array::from_fn`) may stay
+    // out of line, compiled without the entry point's AVX2.
     let (w, x) = (&w[..QK8], &x[..QK8]);
-    std::array::from_fn(|l| {
+    let mut out = [0f32; LANES];
+    for l in 0..LANES {
         let mut s = 0i32;
         for t in 0..4 {
             s += i32::from(w[4 * l + t]) * i32::from(x[4 * l + t]);
         }
         // At most 4 · 127 · 128: exact in f32.
-        s as f32
-    })
+        out[l] = s as f32;
+    }
+    out
 }
 
 /// `R × C` dot products of Q8 activation rows with unpacked weight rows,
@@ -146,6 +164,12 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
     ws: [(&[i8], &[f32], &[f32]); C],
     with_min: bool,
 ) -> [[f32; C]; R] {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2 and FMA.
+        return unsafe { avx2::tile(xs, ws, with_min) };
+    }
     let nb = ws[0].1.len();
     let mut acc = [[[0f32; LANES]; C]; R];
     let mut mins = [[0f32; C]; R];
@@ -164,5 +188,188 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
             }
         }
     }
-    std::array::from_fn(|r| std::array::from_fn(|c| hsum(acc[r][c]) + mins[r][c]))
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
+            out[r][c] = hsum(acc[r][c]) + mins[r][c];
+        }
+    }
+    out
+}
+
+#[inline(always)]
+fn f16_at(b: &[u8], i: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
+}
+
+/// Whether [`raw_dots`] has a kernel for this entry point (AVX2 only; the
+/// portable path unpacks).
+#[inline(always)]
+pub fn has_raw_kernel<M: Madd>() -> bool {
+    cfg!(target_arch = "x86_64") && M::AVX2
+}
+
+/// One Q8 activation row against `C` weight rows still in their GGUF
+/// blocks: the same numbers as [`tile`] after [`Unpacked::unpack`].
+/// Only when [`has_raw_kernel`].
+#[inline(always)]
+pub fn raw_dots<M: Madd, const C: usize>(
+    dtype: GgmlType,
+    x: (&[i8], &[f32], &[f32]),
+    ws: [&[u8]; C],
+) -> [f32; C] {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2, FMA and F16C.
+        return unsafe { avx2::raw_dots(dtype, x, ws) };
+    }
+    let _ = (dtype, x, ws);
+    unreachable!("raw_dots without has_raw_kernel")
+}
+
+/// The same tile with AVX2 integer instructions: `maddubs` multiplies
+/// unsigned by signed bytes and adds pairs into i16, `madd` against ones adds
+/// pairs of those into the 8 i32 lanes, exactly [`lanes`]' sums, so the
+/// result is bit for bit the portable one's.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{GgmlType, LANES, QK8, hsum};
+
+    /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
+    /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
+    /// within i16). Then `madd` against ones sums the pairs into 8 lanes.
+    #[inline(always)]
+    fn lanes(w: __m256i, x: __m256i) -> __m256 {
+        // SAFETY: only called from functions compiled with AVX2.
+        unsafe {
+            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `dtype` is Q4_0, Q4_1 or Q8_0.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn raw_dots<const C: usize>(
+        dtype: GgmlType,
+        x: (&[i8], &[f32], &[f32]),
+        ws: [&[u8]; C],
+    ) -> [f32; C] {
+        // One body per type, so the inner loop does not branch on it.
+        match dtype {
+            GgmlType::Q4_0 => raw_dots_of::<C, Q4_0>(x, ws),
+            GgmlType::Q4_1 => raw_dots_of::<C, Q4_1>(x, ws),
+            _ => raw_dots_of::<C, Q8_0>(x, ws),
+        }
+    }
+
+    const Q4_0: u8 = 0;
+    const Q4_1: u8 = 1;
+    const Q8_0: u8 = 2;
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn raw_dots_of<const C: usize, const T: u8>(
+        x: (&[i8], &[f32], &[f32]),
+        ws: [&[u8]; C],
+    ) -> [f32; C] {
+        let bytes = [18, 20, 34][T as usize];
+        let nb = x.1.len();
+        let mut acc = [_mm256_setzero_ps(); C];
+        let mut mins = [0f32; C];
+        let half = |b: &[u8], at: usize| {
+            let h = i32::from(u16::from_le_bytes([b[at], b[at + 1]]));
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)))
+        };
+        for b in 0..nb {
+            let xb: &[i8; QK8] = x.0[b * QK8..(b + 1) * QK8]
+                .try_into()
+                .expect("a whole block");
+            // SAFETY: 32 readable bytes; loadu needs no alignment.
+            let xv = unsafe { _mm256_loadu_si256(xb.as_ptr().cast()) };
+            let xd = x.1[b];
+            for c in 0..C {
+                let blk = &ws[c][b * bytes..(b + 1) * bytes];
+                let q = if T == Q8_0 {
+                    let qs: &[u8; 32] = blk[2..34].try_into().expect("a Q8_0 block");
+                    // SAFETY: 32 readable bytes.
+                    unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
+                } else {
+                    let at = if T == Q4_1 { 4 } else { 2 };
+                    let qs: &[u8; 16] = blk[at..at + 16].try_into().expect("a Q4 block");
+                    // SAFETY: 16 readable bytes.
+                    let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+                    // Low nibbles are values 0..16, high nibbles 16..32.
+                    let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
+                    let q = _mm256_and_si256(both, _mm256_set1_epi8(15));
+                    if T == Q4_0 {
+                        _mm256_sub_epi8(q, _mm256_set1_epi8(8))
+                    } else {
+                        q
+                    }
+                };
+                let dd = _mm256_set1_ps(half(blk, 0) * xd);
+                acc[c] = _mm256_fmadd_ps(dd, lanes(q, xv), acc[c]);
+                if T == Q4_1 {
+                    mins[c] = half(blk, 2).mul_add(x.2[b], mins[c]);
+                }
+            }
+        }
+        let mut out = [0f32; C];
+        for c in 0..C {
+            let mut v = [0f32; LANES];
+            // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[c]) };
+            out[c] = hsum(v) + mins[c];
+        }
+        out
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile<const R: usize, const C: usize>(
+        xs: [(&[i8], &[f32], &[f32]); R],
+        ws: [(&[i8], &[f32], &[f32]); C],
+        with_min: bool,
+    ) -> [[f32; C]; R] {
+        let nb = ws[0].1.len();
+        let mut acc = [[_mm256_setzero_ps(); C]; R];
+        let mut mins = [[0f32; C]; R];
+        for b in 0..nb {
+            let o = b * QK8;
+            let load = |q: &[i8]| {
+                let block: &[i8; QK8] = q[o..o + QK8].try_into().expect("a whole block");
+                // SAFETY: `block` is 32 readable bytes; loadu needs no
+                // alignment.
+                unsafe { _mm256_loadu_si256(block.as_ptr().cast()) }
+            };
+            let mut w = [_mm256_setzero_si256(); C];
+            for c in 0..C {
+                w[c] = load(ws[c].0);
+            }
+            for r in 0..R {
+                let x = load(xs[r].0);
+                for c in 0..C {
+                    let d = _mm256_set1_ps(ws[c].1[b] * xs[r].1[b]);
+                    acc[r][c] = _mm256_fmadd_ps(d, lanes(w[c], x), acc[r][c]);
+                    if with_min {
+                        mins[r][c] = ws[c].2[b].mul_add(xs[r].2[b], mins[r][c]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; C]; R];
+        for r in 0..R {
+            for c in 0..C {
+                let mut v = [0f32; LANES];
+                // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
+                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[r][c]) };
+                out[r][c] = hsum(v) + mins[r][c];
+            }
+        }
+        out
+    }
 }

@@ -37,16 +37,66 @@ impl Isa {
 /// hardware is a slow library call, so the baseline x86 build multiplies
 /// and adds instead.
 pub trait Madd {
+    /// Set only on the type of the AVX2 entry points, so a kernel may call
+    /// hand-written AVX2 code: the CPU was checked before that type is used.
+    const AVX2: bool = false;
     fn madd(a: f32, b: f32, c: f32) -> f32;
+
+    /// Rounds each value to the nearest f16 (ties to even), as storing to
+    /// and loading from f16 would.
+    #[inline(always)]
+    fn round_to_f16(v: &mut [f32]) {
+        for x in v {
+            *x = half::f16::from_f32(*x).to_f32();
+        }
+    }
 }
 
+/// Fused multiply-add on a CPU without AVX2 (aarch64).
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 pub struct Fused;
 pub struct Unfused;
+/// Fused multiply-add inside the AVX2 entry points of [`multiversion`].
+pub struct Avx2Fma;
 
 impl Madd for Fused {
     #[inline(always)]
     fn madd(a: f32, b: f32, c: f32) -> f32 {
         a.mul_add(b, c)
+    }
+}
+
+impl Madd for Avx2Fma {
+    const AVX2: bool = true;
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+
+    #[inline(always)]
+    fn round_to_f16(v: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::*;
+            let mut chunks = v.chunks_exact_mut(LANES);
+            for c in &mut chunks {
+                // SAFETY: `Avx2Fma` runs only inside entry points compiled
+                // for AVX2 and F16C on a CPU that has them; `c` is 8 f32s,
+                // and loadu/storeu need no alignment.
+                unsafe {
+                    let x = _mm256_loadu_ps(c.as_ptr());
+                    let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(x);
+                    _mm256_storeu_ps(c.as_mut_ptr(), _mm256_cvtph_ps(h));
+                }
+            }
+            for x in chunks.into_remainder() {
+                *x = half::f16::from_f32(*x).to_f32();
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for x in v {
+            *x = half::f16::from_f32(*x).to_f32();
+        }
     }
 }
 
@@ -73,7 +123,7 @@ macro_rules! multiversion {
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2,fma,f16c")]
             fn avx2($($arg: $ty),*) $(-> $ret)? {
-                $generic::<$crate::backend::cpu::simd::Fused>($($arg),*)
+                $generic::<$crate::backend::cpu::simd::Avx2Fma>($($arg),*)
             }
             match isa {
                 #[cfg(target_arch = "x86_64")]
@@ -86,6 +136,22 @@ macro_rules! multiversion {
     };
 }
 pub(crate) use multiversion;
+
+/// IEEE half to single precision, exactly, in plain integer arithmetic so it
+/// inlines into kernels (the `half` crate's conversion is a call that checks
+/// the CPU each time). Normal and subnormal halves: the bits shifted into a
+/// float whose exponent is 112 too small, then scaled by 2^112, which is
+/// exact; infinities and NaNs are rebuilt.
+#[inline(always)]
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h & 0x8000) << 16;
+    let rest = u32::from(h & 0x7fff);
+    if rest >= 0x7c00 {
+        return f32::from_bits(sign | 0x7f80_0000 | ((rest & 0x3ff) << 13));
+    }
+    let magnitude = f32::from_bits(rest << 13) * f32::from_bits(0x7780_0000); // 2^112
+    f32::from_bits(sign | magnitude.to_bits())
+}
 
 /// The lanes of `v` summed pairwise.
 #[inline(always)]
@@ -105,27 +171,27 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
     let mut acc = [[[0f32; LANES]; C]; R];
     let full = k - k % LANES;
     for o in (0..full).step_by(LANES) {
-        let xv: [&[f32; LANES]; R] =
-            std::array::from_fn(|r| xs[r][o..o + LANES].try_into().unwrap());
-        let wv: [&[f32; LANES]; C] =
-            std::array::from_fn(|c| ws[c][o..o + LANES].try_into().unwrap());
         for r in 0..R {
+            let x = &xs[r][o..o + LANES];
             for c in 0..C {
+                let w = &ws[c][o..o + LANES];
                 for l in 0..LANES {
-                    acc[r][c][l] = M::madd(xv[r][l], wv[c][l], acc[r][c][l]);
+                    acc[r][c][l] = M::madd(x[l], w[l], acc[r][c][l]);
                 }
             }
         }
     }
-    std::array::from_fn(|r| {
-        std::array::from_fn(|c| {
+    let mut out = [[0f32; C]; R];
+    for r in 0..R {
+        for c in 0..C {
             let mut s = hsum(acc[r][c]);
             for o in full..k {
                 s = M::madd(xs[r][o], ws[c][o], s);
             }
-            s
-        })
-    })
+            out[r][c] = s;
+        }
+    }
+    out
 }
 
 /// `Σ v[i]` over 8 lanes.
@@ -201,6 +267,18 @@ mod tests {
         assert!(worst < 3e-7, "worst relative error {worst}");
         assert!(exp::<Unfused>(f32::NAN).is_nan());
         assert!(exp::<Unfused>(f32::NEG_INFINITY) < 1e-37);
+    }
+
+    #[test]
+    fn f16_to_f32_is_exact_for_every_half() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = f16_to_f32(h);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "{h:#06x}: {got} vs {want}"
+            );
+        }
     }
 
     #[test]
