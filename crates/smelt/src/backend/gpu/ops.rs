@@ -83,10 +83,8 @@ impl GpuBackend {
 
 impl Backend for GpuBackend {
     fn name(&self) -> String {
-        format!(
-            "gpu ({}, {})",
-            self.ctx.report.name, self.ctx.report.backend
-        )
+        // As llama-bench names a device: the API, then the adapter.
+        format!("{} ({})", self.ctx.report.backend, self.ctx.report.name)
     }
 
     fn caps(&self) -> Caps {
