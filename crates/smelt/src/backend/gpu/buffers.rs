@@ -16,6 +16,10 @@ pub struct Slot {
     /// The tensor's own bytes (before padding).
     pub bytes: u64,
     pub name: String,
+    /// A weight over the binding limit: its rows in consecutive parts, each
+    /// its own tensor, with the first row of each; `buffer` is then a
+    /// placeholder. Empty for every other tensor.
+    pub parts: Vec<(Tensor, usize)>,
 }
 
 #[derive(Default)]
@@ -39,6 +43,14 @@ impl Buffers {
             .slots
             .get(t.id as usize)
             .ok_or_else(|| BackendError::Other(format!("tensor id {} is not on this GPU", t.id)))?;
+        if !slot.parts.is_empty() {
+            return Err(BackendError::Other(format!(
+                "weight {} is split in {} parts over the binding limit; only get_rows and \
+                 matmul read it",
+                slot.name,
+                slot.parts.len()
+            )));
+        }
         if t.n_bytes() as u64 > slot.bytes {
             return Err(BackendError::Other(format!(
                 "tensor {} viewed as {}x{} {} needs {} bytes, it has {}",
@@ -63,7 +75,7 @@ impl Buffers {
         cols: usize,
     ) -> Result<Tensor> {
         let bytes = tensor_bytes(what, dtype, rows, cols)?;
-        let buffer = create(ctx, what, bytes, false)?;
+        let buffer = create(ctx, what, bytes, false, ctx.max_binding)?;
         Ok(self.push(buffer, what, bytes, dtype, rows, cols))
     }
 
@@ -77,7 +89,7 @@ impl Buffers {
         dtype: GgmlType,
         rows: usize,
         cols: usize,
-        data: &WeightData,
+        data: &[u8],
     ) -> Result<Tensor> {
         let bytes = tensor_bytes(name, dtype, rows, cols)?;
         if data.len() as u64 != bytes {
@@ -86,7 +98,7 @@ impl Buffers {
                 data.len()
             )));
         }
-        let buffer = create(ctx, name, bytes, true)?;
+        let buffer = create(ctx, name, bytes, true, ctx.max_weight_binding)?;
         {
             let mut view = buffer
                 .get_mapped_range_mut(..)
@@ -113,6 +125,57 @@ impl Buffers {
         Ok(self.push(buffer, name, bytes, dtype, rows, cols))
     }
 
+    /// A weight over the binding limit, as consecutive parts of whole rows
+    /// (so whole blocks), each under the limit: get_rows and matmul run
+    /// once per part. Refused with `TooLarge` where one row is over it.
+    pub fn load_split(
+        &mut self,
+        ctx: &Context,
+        name: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &WeightData,
+    ) -> Result<Tensor> {
+        let row_bytes = tensor_bytes(name, dtype, 1, cols)?;
+        // padded() adds at most 7 bytes.
+        let per_part = (ctx.max_weight_binding.saturating_sub(8) / row_bytes.max(1)) as usize;
+        if per_part == 0 {
+            return Err(BackendError::TooLarge {
+                what: format!(
+                    "one row of {name} (the adapter's max_storage_buffer_binding_size \
+                     and max_buffer_size)"
+                ),
+                bytes: padded(row_bytes),
+                limit: ctx.max_weight_binding,
+            });
+        }
+        if data.len() as u64 != row_bytes * rows as u64 {
+            return Err(BackendError::Other(format!(
+                "weight {name}: {} bytes given for {rows}x{cols} {dtype}",
+                data.len()
+            )));
+        }
+        let mut parts = Vec::new();
+        for row0 in (0..rows).step_by(per_part) {
+            let n = per_part.min(rows - row0);
+            let span = row0 * row_bytes as usize..(row0 + n) * row_bytes as usize;
+            let what = format!("{name} rows {row0}..{}", row0 + n);
+            let part = self.load_weight(ctx, &what, dtype, n, cols, &data[span])?;
+            parts.push((part, row0));
+        }
+        let placeholder = create(ctx, name, 0, false, ctx.max_binding)?;
+        let t = self.push(placeholder, name, 0, dtype, rows, cols);
+        self.slots[t.id as usize].parts = parts;
+        Ok(t)
+    }
+
+    /// The parts of a split weight (see `load_split`), or `None`.
+    pub fn parts(&self, t: Tensor) -> Option<&[(Tensor, usize)]> {
+        let slot = self.slots.get(t.id as usize)?;
+        (!slot.parts.is_empty()).then_some(&slot.parts[..])
+    }
+
     fn push(
         &mut self,
         buffer: wgpu::Buffer,
@@ -126,6 +189,7 @@ impl Buffers {
             buffer,
             bytes,
             name: name.to_string(),
+            parts: Vec::new(),
         });
         Tensor {
             id: (self.slots.len() - 1) as u32,
@@ -148,11 +212,10 @@ fn tensor_bytes(what: &str, dtype: GgmlType, rows: usize, cols: usize) -> Result
         })
 }
 
-/// Creates a storage buffer for `bytes`, refusing what the adapter cannot
-/// bind and turning out-of-memory into an error.
-fn create(ctx: &Context, what: &str, bytes: u64, mapped: bool) -> Result<wgpu::Buffer> {
+/// Creates a storage buffer for `bytes`, refusing what is over `limit`
+/// (what the adapter can bind) and turning out-of-memory into an error.
+fn create(ctx: &Context, what: &str, bytes: u64, mapped: bool, limit: u64) -> Result<wgpu::Buffer> {
     let size = padded(bytes);
-    let limit = max_tensor_bytes(&ctx.limits);
     if size > limit {
         return Err(BackendError::TooLarge {
             what: format!(

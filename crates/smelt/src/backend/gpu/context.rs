@@ -121,6 +121,9 @@ pub struct GpuOptions {
     /// quantized weights, f16 for F16 weights), to follow llama.cpp's
     /// numbers; off, activations stay f32 (the CPU reference's maths).
     pub quantize_activations: bool,
+    /// A binding limit for weights below the adapter's, to test weight
+    /// splitting on any adapter; `None`: the adapter's.
+    pub max_weight_binding_bytes: Option<u64>,
 }
 
 impl Default for GpuOptions {
@@ -132,6 +135,7 @@ impl Default for GpuOptions {
             allow_zero_copy: true,
             shader_bounds_checks: false,
             quantize_activations: true,
+            max_weight_binding_bytes: None,
         }
     }
 }
@@ -142,6 +146,11 @@ pub struct Context {
     pub queue: wgpu::Queue,
     pub report: AdapterReport,
     pub limits: wgpu::Limits,
+    /// The largest buffer a tensor may have (`buffers::max_tensor_bytes`).
+    pub max_binding: u64,
+    /// The same for a weight part: `max_binding`, or the smaller test limit
+    /// of `GpuOptions::max_weight_binding_bytes`.
+    pub max_weight_binding: u64,
     pub features: ShaderFeatures,
     pub zero_copy: bool,
     pub shader_bounds_checks: bool,
@@ -250,11 +259,15 @@ impl Context {
                 slot.get_or_insert(BackendError::DeviceLost(format!("{reason:?}: {msg}")));
             }
         });
+        let max_binding = super::buffers::max_tensor_bytes(&limits);
+        let max_weight_binding = max_binding.min(opts.max_weight_binding_bytes.unwrap_or(u64::MAX));
         Ok(Self {
             device,
             queue,
             report,
             limits,
+            max_binding,
+            max_weight_binding,
             features,
             zero_copy,
             shader_bounds_checks: opts.shader_bounds_checks,

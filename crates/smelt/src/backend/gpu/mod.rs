@@ -113,7 +113,7 @@ impl GpuBackend {
         Caps {
             is_gpu: true,
             unified_memory: self.ctx.report.unified_memory,
-            max_tensor_bytes: buffers::max_tensor_bytes(&self.ctx.limits).saturating_sub(8),
+            max_tensor_bytes: self.ctx.max_binding.saturating_sub(8),
         }
     }
 
@@ -134,6 +134,17 @@ impl GpuBackend {
         cols: usize,
         data: &WeightData,
     ) -> Result<Tensor> {
+        // A weight over the binding limit is split by rows when it is one
+        // that get_rows and matmul read; anything else is refused there.
+        let over = dtype
+            .row_bytes(cols)
+            .and_then(|r| r.checked_mul(rows))
+            .is_some_and(|b| buffers::padded(b as u64) > self.ctx.max_weight_binding);
+        if over && WEIGHT_TYPES.contains(&dtype) {
+            return self
+                .buffers
+                .load_split(&self.ctx, name, dtype, rows, cols, data);
+        }
         self.buffers
             .load_weight(&self.ctx, name, dtype, rows, cols, data)
     }

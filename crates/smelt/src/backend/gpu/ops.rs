@@ -140,12 +140,25 @@ impl Backend for GpuBackend {
         } else {
             table.cols
         };
-        self.run(
-            Kernel::GetRows(table.dtype),
-            params(&[u(n), u(table.cols), u(row_bytes), u(table.rows)]),
-            &[table, ids, out],
-            (n * per_row).div_ceil(64) as u64,
-        )
+        let groups = (n * per_row).div_ceil(64) as u64;
+        // A split table: each part writes the rows whose ids fall in it.
+        let parts = self.buffers.parts(table).map(<[_]>::to_vec);
+        let Some(parts) = parts else {
+            let p = params(&[u(n), u(table.cols), u(row_bytes), u(table.rows), u(0), u(0)]);
+            return self.run(Kernel::GetRows(table.dtype), p, &[table, ids, out], groups);
+        };
+        for (part, row0) in parts {
+            let p = params(&[
+                u(n),
+                u(table.cols),
+                u(row_bytes),
+                u(part.rows),
+                u(row0),
+                u(1),
+            ]);
+            self.run(Kernel::GetRows(table.dtype), p, &[part, ids, out], groups)?;
+        }
+        Ok(())
     }
 
     fn set_rows(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
@@ -228,49 +241,13 @@ impl Backend for GpuBackend {
     fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
         self.require(Op::MatMul, w.dtype)?;
         contract::matmul(w, x, out)?;
-        let (m, k, n) = (w.rows, w.cols, x.rows);
-        let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
-        let input = self.matmul_input(w.dtype, x)?;
-        self.wrote(out);
-        match input {
-            MatIn::Q8([xq, xd, xs]) => {
-                // ggml's integer lanes: 16 rows per workgroup, TT tokens
-                // per invocation.
-                let (kernel, tokens) = if n <= MATVEC_MAX_TOKENS {
-                    (Kernel::MatVecQ8(w.dtype), MATVEC_Q8_TOKENS)
-                } else {
-                    (Kernel::MatMulQ8(w.dtype), MATMUL_Q8_TOKENS)
-                };
-                let groups = m.div_ceil(16);
-                let mut bound = vec![w, xq, xd, out];
-                if has_min(w.dtype) {
-                    bound.push(xs);
-                }
-                self.run(
-                    kernel,
-                    params(&[u(m), u(k), u(n), u(row_bytes), u(groups)]),
-                    &bound,
-                    (groups * n.div_ceil(tokens)) as u64,
-                )
-            }
-            MatIn::F32(x) if n <= MATVEC_MAX_TOKENS => {
-                let blocks = m.div_ceil(4);
-                self.run(
-                    Kernel::MatVec(w.dtype),
-                    params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
-                    &[w, x, out],
-                    (blocks * n) as u64,
-                )
-            }
-            MatIn::F32(x) => {
-                let tiles_m = m.div_ceil(64);
-                self.run(
-                    Kernel::MatMul(w.dtype),
-                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m)]),
-                    &[w, x, out],
-                    (tiles_m * n.div_ceil(64)) as u64,
-                )
-            }
+        // A split weight: each part computes its columns of `out`, from
+        // one shared rounding of `x`.
+        match self.buffers.parts(w).map(<[_]>::to_vec) {
+            None => self.matmul_cols(w, x, out, 0),
+            Some(parts) => parts
+                .into_iter()
+                .try_for_each(|(part, row0)| self.matmul_cols(part, x, out, row0)),
         }
     }
 
@@ -398,5 +375,56 @@ impl Backend for GpuBackend {
             &[src, dst],
             threads.div_ceil(256) as u64,
         )
+    }
+}
+
+impl GpuBackend {
+    /// `out[:, o0 .. o0 + w.rows] = x · wᵀ`: the whole matmul (o0 = 0), or
+    /// one part of a split weight. `out` rows are `ldo` = `out.cols` wide.
+    fn matmul_cols(&mut self, w: Tensor, x: Tensor, out: Tensor, o0: usize) -> Result<()> {
+        let (m, k, n, ldo) = (w.rows, w.cols, x.rows, out.cols);
+        let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
+        let input = self.matmul_input(w.dtype, x)?;
+        self.wrote(out);
+        match input {
+            MatIn::Q8([xq, xd, xs]) => {
+                // ggml's integer lanes: 16 rows per workgroup, TT tokens
+                // per invocation.
+                let (kernel, tokens) = if n <= MATVEC_MAX_TOKENS {
+                    (Kernel::MatVecQ8(w.dtype), MATVEC_Q8_TOKENS)
+                } else {
+                    (Kernel::MatMulQ8(w.dtype), MATMUL_Q8_TOKENS)
+                };
+                let groups = m.div_ceil(16);
+                let mut bound = vec![w, xq, xd, out];
+                if has_min(w.dtype) {
+                    bound.push(xs);
+                }
+                self.run(
+                    kernel,
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(groups), u(ldo), u(o0)]),
+                    &bound,
+                    (groups * n.div_ceil(tokens)) as u64,
+                )
+            }
+            MatIn::F32(x) if n <= MATVEC_MAX_TOKENS => {
+                let blocks = m.div_ceil(4);
+                self.run(
+                    Kernel::MatVec(w.dtype),
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(blocks), u(ldo), u(o0)]),
+                    &[w, x, out],
+                    (blocks * n) as u64,
+                )
+            }
+            MatIn::F32(x) => {
+                let tiles_m = m.div_ceil(64);
+                self.run(
+                    Kernel::MatMul(w.dtype),
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
+                    &[w, x, out],
+                    (tiles_m * n.div_ceil(64)) as u64,
+                )
+            }
+        }
     }
 }

@@ -1,7 +1,8 @@
 // get_rows: out[i] = dequantize(table[ids[i]]), the embedding lookup.
 // Includes quant.wgsl; one variant per table type.
 //
-// Params: 0 n_ids, 1 cols, 2 row_bytes (of the table), 3 n_table_rows.
+// Params: 0 n_ids, 1 cols, 2 row_bytes (of the table), 3 n_table_rows,
+// 4 first row and 5 1 when the table is one part of a split weight.
 // One invocation per 8 values (PLAIN types: per value) of an output row.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (table_rows, cols) in TYPE
@@ -26,7 +27,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let c = g % per_row;
     // Ids were range-checked on the host when possible; clamp anyway so a
     // bad id can never read outside the table.
-    let row = u32(clamp(ids[i], 0, i32(pu(3)) - 1));
+    var row = u32(clamp(ids[i], 0, i32(pu(3)) - 1));
+    if (pu(5) != 0u) {
+        // One part of a split table (rows pu(4) .. pu(4) + pu(3)): only ids
+        // that fall in it.
+        let r = ids[i] - i32(pu(4));
+        if (r < 0 || r >= i32(pu(3))) {
+            return;
+        }
+        row = u32(r);
+    }
 #ifdef PLAIN
     out[i * cols + c] = dq1(row * row_bytes, c);
 #else

@@ -6,7 +6,8 @@
 // (tokens) in workgroup memory. Then each invocation accumulates an 8 × 8
 // block in registers: four vec4 loads per 64 multiply-adds.
 //
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m.
+// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
+// (m, or more when w is a part of a split weight), 6 out's first column.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
@@ -119,7 +120,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             for (var i = 0u; i < 4u; i++) {
                 let r = r0 + 8u * ty + 4u * h + i;
                 if (t < n && r < m) {
-                    out[t * m + r] = acc[2u * j + h][i];
+                    out[t * pu(5) + pu(6) + r] = acc[2u * j + h][i];
                 }
             }
         }

@@ -14,7 +14,9 @@
 // rows; workgroups tile rows × groups of TT tokens. The quad meets in two
 // xor-shuffles (or workgroup memory).
 //
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 16)).
+// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 16)), 5 out's
+// row stride (m, or more when w is a part of a split weight), 6 out's first
+// column.
 
 @group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> xq: array<u32>;    // (n, k / 4) quants, 4 per word
@@ -150,7 +152,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var t = 0u; t < nt; t++) {
         let s = quad_sum(acc_lo[t] + acc_hi[t], lid);
         if (j == 0u && row < m) {
-            out[(t0 + t) * m + row] = s + mins[t];
+            out[(t0 + t) * pu(5) + pu(6) + row] = s + mins[t];
         }
     }
 }

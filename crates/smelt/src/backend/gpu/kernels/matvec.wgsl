@@ -5,7 +5,8 @@
 // meet in one vec4 reduction (subgroups first where the adapter has them).
 //
 // Params: 0 m (rows of w), 1 k (cols), 2 n (tokens), 3 row_bytes,
-// 4 row blocks (ceil(m / 4)).
+// 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or more when w is a
+// part of a split weight), 6 out's first column.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
@@ -56,7 +57,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
-                out[t * m + r0 + r] = total[r];
+                out[t * pu(5) + pu(6) + r0 + r] = total[r];
             }
         }
     }
