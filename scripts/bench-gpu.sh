@@ -10,8 +10,8 @@
 #   .whl/*.whl                    the gguf wheel (and numpy's, if the machine lacks it)
 # The tokenizer donor (Llama-3 vocabulary) is read from testdata/ or .device/.
 #
-# Environment: CASES ("shape:type ..."), REPS (5), PP (512) and TG (128)
-# tokens, CASE_TIMEOUT (200 s per case), BW (bytes/s of a device-to-device
+# Environment: CASES ("shape:type ..."), MODES ("ggml f32"), REPS (5), PP
+# (512) and TG (128) tokens, CASE_TIMEOUT (100 s per case and mode), BW (bytes/s of a device-to-device
 # copy, read + written; default 4.3e12 on H200, 3.0e12 on H100 as an
 # estimate to be replaced by a measured figure), ALLOW_SOFTWARE=1 for a dry
 # run on lavapipe.
@@ -22,6 +22,9 @@ OUT=${OUT:-.device/out}
 MODELS=${MODELS:-.device/models}
 CASES=${CASES:-"llama-1b:Q4_0 llama-1b:Q8_0 llama-8b:Q4_0"}
 REPS=${REPS:-5}
+# ggml: activations rounded as ggml does (bit for bit llama.cpp, the
+# default); f32: --gpu-f32-acts (the float kernels).
+MODES=${MODES:-"ggml f32"}
 SMELT=${SMELT:-.device/smelt}
 mkdir -p "$OUT" "$MODELS"
 log=$OUT/bench-gpu.log
@@ -87,15 +90,20 @@ for case in $CASES; do
         say "writing $model"
         "$py" scripts/synth_gguf.py "$donor" "$model" "$shape" "$qt" >>"$log" 2>&1
     fi
-    say "bench $model"
-    # Warm-up and repeats are smelt bench's (-r); a case that fails or runs
-    # past CASE_TIMEOUT seconds leaves its row empty, not the table.
-    timeout "${CASE_TIMEOUT:-200}" "$SMELT" bench -m "$model" --backend gpu -p "${PP:-512}" -n "${TG:-128}" -r "$REPS" \
-        -o json --verbose >"$OUT/$shape-$qt.json" 2>>"$log" || say "bench $model failed (rc $?)"
+    for mode in $MODES; do
+        say "bench $model ($mode)"
+        flags=()
+        [ "$mode" = f32 ] && flags=(--gpu-f32-acts)
+        # Warm-up and repeats are smelt bench's (-r); a case that fails or
+        # runs past CASE_TIMEOUT seconds leaves its row empty, not the table.
+        timeout "${CASE_TIMEOUT:-100}" "$SMELT" bench -m "$model" --backend gpu "${flags[@]}" \
+            -p "${PP:-512}" -n "${TG:-128}" -r "$REPS" -o json --verbose \
+            >"$OUT/$shape-$qt-$mode.json" 2>>"$log" || say "bench $model ($mode) failed (rc $?)"
+    done
 done
 
 say "table"
-export MODELS
+export MODELS MODES
 BW=${BW:-} "$py" - "$OUT" $CASES <<'PY' | tee -a "$log"
 import json, os, statistics, sys
 out, cases = sys.argv[1], sys.argv[2:]
@@ -104,8 +112,8 @@ devs = json.load(open(os.path.join(out, "devices.json")))
 name = next((d["name"] for d in devs if not d["software"]), devs[0]["name"] if devs else "?")
 bw = float(os.environ["BW"]) if os.environ.get("BW") else (4.3e12 if "H200" in name else 3.0e12)
 print(f"device: {name}; roofline bandwidth {bw/1e12:.2f} TB/s (BW=...)")
-print("| model | test | t/s median | spread (min-max) | subm/token | disp/token | roofline |")
-print("|---|---|---:|---:|---:|---:|---:|")
+print("| model | acts | test | t/s median | spread (min-max) | subm/token | disp/token | roofline |")
+print("|---|---|---|---:|---:|---:|---:|---:|")
 for case in cases:
     shape, qt = case.split(":")
     model = os.path.join(os.environ["MODELS"], f"{shape}-{qt.lower()}.gguf")
@@ -113,18 +121,19 @@ for case in cases:
     # (get_rows reads one row of it; output.weight is its own tensor).
     r = GGUFReader(model)
     wbytes = sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight")
-    try:
-        rows = json.load(open(os.path.join(out, f"{shape}-{qt}.json")))
-    except (OSError, ValueError):
-        print(f"| {shape} {qt} | (failed: see bench-gpu.log) | | | | | |")
-        continue
-    for row in rows:
-        test, ts = row["test"], row["samples_ts"]
-        med = statistics.median(ts)
-        roof = f"{med * wbytes / bw:.1%}" if test.startswith("tg") else ""
-        sub = row.get("submissions_per_token")
-        disp = row.get("dispatches_per_token")
-        fmt = lambda v, d: "?" if v is None else f"{v:.{d}f}"
-        print(f"| {shape} {qt} | {test} | {med:.1f} | {min(ts):.1f}-{max(ts):.1f} | "
-              f"{fmt(sub, 3)} | {fmt(disp, 1)} | {roof} |")
+    for mode in os.environ["MODES"].split():
+        try:
+            rows = json.load(open(os.path.join(out, f"{shape}-{qt}-{mode}.json")))
+        except (OSError, ValueError):
+            print(f"| {shape} {qt} | {mode} | (failed: see bench-gpu.log) | | | | | |")
+            continue
+        for row in rows:
+            test, ts = row["test"], row["samples_ts"]
+            med = statistics.median(ts)
+            roof = f"{med * wbytes / bw:.1%}" if test.startswith("tg") else ""
+            sub = row.get("submissions_per_token")
+            disp = row.get("dispatches_per_token")
+            fmt = lambda v, d: "?" if v is None else f"{v:.{d}f}"
+            print(f"| {shape} {qt} | {mode} | {test} | {med:.1f} | {min(ts):.1f}-{max(ts):.1f} | "
+                  f"{fmt(sub, 3)} | {fmt(disp, 1)} | {roof} |")
 PY

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use anyhow::{Context, bail};
 use smelt::backend::Stats;
+use smelt::backend::gpu::GpuOptions;
 use smelt::backend::select::{self, BackendKind};
 use smelt::chat::ChatTemplate;
 use smelt::gguf::GgufFile;
@@ -51,11 +52,24 @@ pub struct BackendArgs {
     /// stderr
     #[arg(long)]
     pub verbose: bool,
+    /// GPU: keep matmul activations in f32 rather than rounding them as
+    /// ggml does (its Q8 blocks); other kernels, not bit for bit llama.cpp
+    #[arg(long)]
+    pub gpu_f32_acts: bool,
 }
 
 impl BackendArgs {
     fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
-        Ok(select::select(self.backend, self.device, self.threads)?)
+        let gpu = GpuOptions {
+            quantize_activations: !self.gpu_f32_acts,
+            ..GpuOptions::default()
+        };
+        Ok(select::select_with(
+            self.backend,
+            self.device,
+            self.threads,
+            &gpu,
+        )?)
     }
 }
 

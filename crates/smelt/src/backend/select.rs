@@ -45,10 +45,15 @@ impl FromStr for BackendKind {
 
 /// The best hardware GPU, else the CPU (with a note on stderr).
 pub fn auto(threads: Option<usize>) -> Result<Box<dyn Backend>> {
+    auto_with(threads, &GpuOptions::default())
+}
+
+/// [`auto`] with the GPU options `base` (its `device` is ignored).
+fn auto_with(threads: Option<usize>, base: &GpuOptions) -> Result<Box<dyn Backend>> {
     match best_hardware() {
         Some(r) => gpu(&GpuOptions {
             device: Some(r.index),
-            ..GpuOptions::default()
+            ..*base
         }),
         None => {
             eprintln!(
@@ -82,16 +87,24 @@ pub fn select(
     device: Option<usize>,
     threads: Option<usize>,
 ) -> Result<Box<dyn Backend>> {
+    select_with(kind, device, threads, &GpuOptions::default())
+}
+
+/// [`select`] with the GPU options `base` (`--gpu-f32-acts`), its
+/// `device` replaced by `device`.
+pub fn select_with(
+    kind: BackendKind,
+    device: Option<usize>,
+    threads: Option<usize>,
+    base: &GpuOptions,
+) -> Result<Box<dyn Backend>> {
     match (kind, device) {
         (BackendKind::Cpu | BackendKind::CpuRef, Some(_)) => Err(BackendError::Other(
             "--device selects a GPU; it cannot go with a CPU backend".into(),
         )),
         (BackendKind::Cpu, None) => cpu(threads),
         (BackendKind::CpuRef, None) => Ok(Box::new(CpuBackend::reference())),
-        (BackendKind::Auto, None) => auto(threads),
-        (_, device) => gpu(&GpuOptions {
-            device,
-            ..GpuOptions::default()
-        }),
+        (BackendKind::Auto, None) => auto_with(threads, base),
+        (_, device) => gpu(&GpuOptions { device, ..*base }),
     }
 }
