@@ -6,7 +6,8 @@
 #
 # Brought along in ignored folders (64 MiB in all):
 #   .device/smelt                 release binary (built on x86-64 Debian)
-#   .device/libvulkan1_*.deb      Vulkan loader (`apt-get download libvulkan1`)
+#   .gl/*.deb                     Vulkan loader and libglvnd (libvulkan1 libegl1
+#                                 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 #   .whl/*.whl                    the gguf wheel (and numpy's, if the machine lacks it)
 # The tokenizer donor (Llama-3 vocabulary) is read from testdata/ or .device/.
 #
@@ -29,15 +30,18 @@ say() { echo "== $*" | tee -a "$log" >&2; }
 [ -x "$SMELT" ] || { echo "error: no release binary at $SMELT" >&2; exit 1; }
 
 say "Vulkan loader"
-if ! ldconfig -p | grep -q 'libvulkan.so.1'; then
-    deb=$(ls .device/libvulkan1_*.deb 2>/dev/null | head -1 || true)
-    [ -n "$deb" ] || { echo "error: no libvulkan.so.1 and no .device/libvulkan1_*.deb" >&2; exit 1; }
-    dpkg -x "$deb" / && ldconfig
+# The NVIDIA ICD needs libglvnd's libraries besides the loader; the .debs are
+# unpacked over / (they hold only shared libraries).
+if ! ldconfig -p | grep -q 'libvulkan.so.1' || ! ldconfig -p | grep -q 'libGLdispatch.so.0'; then
+    ls .gl/*.deb >/dev/null 2>&1 || { echo "error: no libvulkan.so.1 and no .gl/*.deb (run scripts/pack-gpu-bench.sh)" >&2; exit 1; }
+    for deb in .gl/*.deb; do dpkg -x "$deb" /; done
+    ldconfig
 fi
-if [ -z "${VK_DRIVER_FILES:-}" ] && ! ls /usr/share/vulkan/icd.d/nvidia* /etc/vulkan/icd.d/nvidia* >/dev/null 2>&1; then
-    for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
-        [ -f "$f" ] && export VK_DRIVER_FILES=$f && break
-    done
+if [ -z "${VK_DRIVER_FILES:-}" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+if [ -z "${__EGL_VENDOR_LIBRARY_FILENAMES:-}" ] && [ -f /usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json ]; then
+    export __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 fi
 
 say "devices"
@@ -47,7 +51,8 @@ say "devices"
 say "python gguf"
 py=${PYTHON:-python3}
 if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
-    "$py" -m pip install -q --no-index --target .device/py .whl/*.whl >>"$log" 2>&1
+    # --no-deps: numpy is usually there; its wheel (if brought) installs too.
+    "$py" -m pip install -q --no-deps --no-index --target .device/py .whl/*.whl >>"$log" 2>&1
     export PYTHONPATH=$PWD/.device/py${PYTHONPATH:+:$PYTHONPATH}
 fi
 
