@@ -19,7 +19,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 OUT=${OUT:-.device/out}
-MODELS=${MODELS:-.device/models}
+# Outside .device: a carried .device replaces the remote one, and the
+# synthetic models (GBs) should survive between calls on a warm machine.
+MODELS=${MODELS:-/tmp/smelt-bench-models}
 CASES=${CASES:-"llama-1b:Q4_0 llama-1b:Q8_0 llama-8b:Q4_0"}
 REPS=${REPS:-5}
 # ggml: activations rounded as ggml does (bit for bit llama.cpp, the

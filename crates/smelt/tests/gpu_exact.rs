@@ -106,6 +106,33 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
         out
     });
     check("rms_norm".into(), r);
+    // rms_norm then a matmul: the GPU fuses the norm with the matmul's Q8
+    // rounding (RmsNormQ8).
+    for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        let r = run(&mut p, &|b, rng| {
+            let x = f32s(b, rng, 3, 576, 3.0);
+            let nw = f32s(b, rng, 1, 576, 1.0);
+            let w = weight(b, rng, t, 200, 576);
+            let normed = b.alloc(F32, 3, 576).unwrap();
+            b.rms_norm(x, Some(nw), 1e-5, normed).unwrap();
+            let out = b.alloc(F32, 3, 200).unwrap();
+            b.matmul(w, normed, out).unwrap();
+            out
+        });
+        check(format!("rms_norm + matmul {t}"), r);
+    }
+    // silu_mul then a matmul: fused likewise (GluQ8).
+    let r = run(&mut p, &|b, rng| {
+        let g = f32s(b, rng, 2, 1536, 6.0);
+        let u = f32s(b, rng, 2, 1536, 2.0);
+        let w = weight(b, rng, GgmlType::Q8_0, 100, 1536);
+        let act = b.alloc(F32, 2, 1536).unwrap();
+        b.silu_mul(g, u, act).unwrap();
+        let out = b.alloc(F32, 2, 100).unwrap();
+        b.matmul(w, act, out).unwrap();
+        out
+    });
+    check("silu_mul + matmul Q8_0".into(), r);
     let r = run(&mut p, &|b, rng| {
         let x = f32s(b, rng, 7, 9 * 64, 2.0);
         let pos: Vec<i32> = (0..7).map(|i| i * 37 + 3).collect();
@@ -171,14 +198,16 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
     }
     // RoPE's sines and cosines are correctly rounded on the GPU while
     // glibc's sinf/cosf are within 0.56 ulp, and prefill attention sums in
-    // another order: a few ulp on a few elements, which greedy decoding
-    // (gpu_e2e) tolerates. Everything else is bit exact.
+    // another order: a few elements differ, which greedy decoding (gpu_e2e)
+    // tolerates. Everything else is bit exact.
     let near = |name: &str| name == "rope" || name == "attention f16 n=9";
     let bad: Vec<_> = report
         .iter()
         .filter(|(name, r)| {
             if near(name) {
-                r.1 * 20 > r.0 || r.2 > 16
+                // Over 2% of elements: not rounding, a bug. (ulp counts
+                // mean little here: a rotation's outputs may cancel.)
+                r.1 * 50 > r.0
             } else {
                 r.1 > 0
             }

@@ -47,6 +47,81 @@ pub struct GpuBackend {
     /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
     /// anything may have written that tensor.
     acts_of: Option<(u32, usize, usize, ActQuant)>,
+    /// An rms_norm or GLU not yet dispatched: the next matmul on its
+    /// output fuses it with its Q8 rounding (`RmsNormQ8`, `GluQ8`);
+    /// anything else dispatches it as it is first.
+    pending: Option<Pending>,
+}
+
+/// An op whose output a matmul will likely round to Q8, recorded later.
+#[derive(Clone, Copy)]
+enum Pending {
+    /// `rms_norm(x, w, eps, out)`.
+    Norm {
+        x: Tensor,
+        w: Tensor,
+        eps: f32,
+        out: Tensor,
+    },
+    /// `out = act(gate) · up` (SiluMul or GeluMul).
+    Glu {
+        op: Elementwise,
+        gate: Tensor,
+        up: Tensor,
+        out: Tensor,
+    },
+}
+
+impl Pending {
+    fn out(&self) -> Tensor {
+        match *self {
+            Pending::Norm { out, .. } | Pending::Glu { out, .. } => out,
+        }
+    }
+
+    /// The kernel, parameters, bindings and workgroups of the op alone,
+    /// or (`q8`: quants, scales, sums) fused with the Q8 rounding of its
+    /// output.
+    fn dispatch(&self, q8: Option<[Tensor; 3]>) -> (Kernel, Params, Vec<Tensor>, u64) {
+        match *self {
+            Pending::Norm { x, w, eps, out } => {
+                let p = params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]);
+                match q8 {
+                    None => (
+                        Kernel::RmsNorm { weight: true },
+                        p,
+                        vec![x, out, w],
+                        x.rows as u64,
+                    ),
+                    Some([xq, xd, xs]) => (
+                        Kernel::RmsNormQ8,
+                        p,
+                        vec![x, out, w, xq, xd, xs],
+                        x.rows as u64,
+                    ),
+                }
+            }
+            Pending::Glu { op, gate, up, out } => {
+                let n = gate.n_elements();
+                let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
+                match q8 {
+                    None => (
+                        Kernel::Elementwise(op),
+                        p,
+                        vec![gate, out, up],
+                        n.div_ceil(256) as u64,
+                    ),
+                    // One invocation per block of 32.
+                    Some([xq, xd, xs]) => (
+                        Kernel::GluQ8(op),
+                        p,
+                        vec![gate, out, up, xq, xd, xs],
+                        (n / 32).div_ceil(64) as u64,
+                    ),
+                }
+            }
+        }
+    }
 }
 
 /// A matmul's activations, rounded as ggml rounds them (`quantize.wgsl`).
@@ -91,6 +166,7 @@ impl GpuBackend {
             tables,
             acts: Acts::default(),
             acts_of: None,
+            pending: None,
         })
     }
 
@@ -150,6 +226,7 @@ impl GpuBackend {
     }
 
     fn write_bytes(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
+        self.flush_pending()?;
         let slot = self.buffers.get(t)?;
         if bytes.len() as u64 > slot.bytes {
             return Err(crate::backend::BackendError::Other(format!(
@@ -165,6 +242,7 @@ impl GpuBackend {
     }
 
     fn read_bytes(&mut self, t: Tensor, out: &mut [u8]) -> Result<()> {
+        self.flush_pending()?;
         let slot = self.buffers.get(t)?;
         if out.len() as u64 > slot.bytes {
             return Err(crate::backend::BackendError::Other(format!(
@@ -178,6 +256,7 @@ impl GpuBackend {
     }
 
     fn sync(&mut self) -> Result<()> {
+        self.flush_pending()?;
         self.rec.wait(&self.ctx)
     }
 
@@ -190,6 +269,8 @@ impl GpuBackend {
         tensors: &[Tensor],
         groups: u64,
     ) -> Result<()> {
+        // Whatever this dispatch is, a held-back norm comes before it.
+        self.flush_pending()?;
         if !matches!(
             kernel,
             Kernel::MatVec(_)
@@ -282,6 +363,17 @@ impl GpuBackend {
             };
             MatIn::F32(vals.reshape(x.rows, x.cols))
         };
+        let fused = self.pending.filter(|p| p.out() == x).zip(match &input {
+            MatIn::Q8(bufs) => Some(*bufs),
+            MatIn::F32(_) => None,
+        });
+        if let Some((p, bufs)) = fused {
+            // The op and the rounding in one dispatch.
+            self.pending = None;
+            let (kernel, params, bound, groups) = p.dispatch(Some(bufs));
+            self.run(kernel, params, &bound, groups)?;
+            self.acts_of = Some((x.id, x.rows, x.cols, q));
+        }
         if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
             let n = x.n_elements();
             let (threads, bound) = match &input {
@@ -299,6 +391,34 @@ impl GpuBackend {
             self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
         Ok(input)
+    }
+
+    /// Dispatches the held-back op, if any, as it is.
+    fn flush_pending(&mut self) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        let (kernel, params, bound, groups) = p.dispatch(None);
+        self.run(kernel, params, &bound, groups)
+    }
+
+    /// Holds `p` back for fusing when activations are Q8-rounded and its
+    /// output is whole blocks of 32 (and not in place); dispatches it
+    /// otherwise.
+    fn defer(&mut self, p: Pending) -> Result<()> {
+        self.flush_pending()?;
+        let out = p.out();
+        let in_place = match p {
+            Pending::Norm { x, .. } => x.id == out.id,
+            Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
+        };
+        if self.ctx.quantize_activations && out.cols.is_multiple_of(32) && !in_place {
+            self.acts_of = None;
+            self.pending = Some(p);
+            return Ok(());
+        }
+        let (kernel, params, bound, groups) = p.dispatch(None);
+        self.run(kernel, params, &bound, groups)
     }
 
     /// Forgets the cached rounding if `out` is the tensor it came from.

@@ -12,7 +12,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pipelines::{
     Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
-use super::{GpuBackend, MatIn, P, params};
+use super::{GpuBackend, MatIn, P, Pending, params};
 
 /// Up to this many tokens a matmul runs as mat-vec (weights streamed once
 /// per token); above it, the tiled kernel.
@@ -188,6 +188,11 @@ impl Backend for GpuBackend {
 
     fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
         contract::rms_norm(x, weight, out)?;
+        // Held back for fusing with the next matmul's Q8 rounding
+        // (`matmul_input`); any other use dispatches it first (`run`).
+        if let Some(w) = weight {
+            return self.defer(Pending::Norm { x, w, eps, out });
+        }
         let mut bound = vec![x, out];
         bound.extend(weight);
         self.run(
@@ -333,12 +338,14 @@ impl Backend for GpuBackend {
 
     fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
         contract::glu(Op::SiluMul, gate, up, out)?;
-        self.elementwise(Elementwise::SiluMul, gate, Some(up), 0.0, out)
+        let op = Elementwise::SiluMul;
+        self.defer(Pending::Glu { op, gate, up, out })
     }
 
     fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
         contract::glu(Op::GeluMul, gate, up, out)?;
-        self.elementwise(Elementwise::GeluMul, gate, Some(up), 0.0, out)
+        let op = Elementwise::GeluMul;
+        self.defer(Pending::Glu { op, gate, up, out })
     }
 
     fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {

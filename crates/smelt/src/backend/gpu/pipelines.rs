@@ -116,6 +116,10 @@ pub enum Kernel {
     RmsNorm {
         weight: bool,
     },
+    /// rms_norm with a weight, fused with the next matmul's Q8 rounding.
+    RmsNormQ8,
+    /// SiluMul or GeluMul fused with the next matmul's Q8 rounding.
+    GluQ8(Elementwise),
     Rope(RopeMode),
     /// The cache type, F32 or F16: one workgroup per (row, head), keys
     /// spread over the workgroup (decode).
@@ -176,6 +180,7 @@ impl Kernel {
         v.extend([
             Kernel::RmsNorm { weight: false },
             Kernel::RmsNorm { weight: true },
+            Kernel::RmsNormQ8,
             Kernel::Rope(RopeMode::Normal),
             Kernel::Rope(RopeMode::Neox),
             Kernel::Attention(F32),
@@ -193,6 +198,9 @@ impl Kernel {
             Elementwise::GeluMul,
         ] {
             v.push(Kernel::Elementwise(op));
+        }
+        for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
+            v.push(Kernel::GluQ8(op));
         }
         for src in [F32, F16] {
             for dst in [F32, F16] {
@@ -220,6 +228,7 @@ impl Kernel {
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, RW, RW, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
+            Kernel::RmsNormQ8 | Kernel::GluQ8(_) => &[RW, RW, RW, RW, RW, RW],
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
@@ -290,6 +299,11 @@ impl Kernel {
                 }
                 parts.extend([src::EXACT, src::NORM]);
             }
+            Kernel::RmsNormQ8 => {
+                def("WEIGHT");
+                def("Q8");
+                parts.extend([src::EXACT, src::NORM]);
+            }
             Kernel::Rope(mode) => {
                 if mode == RopeMode::Neox {
                     def("NEOX");
@@ -322,6 +336,14 @@ impl Kernel {
                     Elementwise::SiluMul => "SILU_MUL",
                     Elementwise::GeluMul => "GELU_MUL",
                 });
+                parts.extend([src::EXACT, src::ELEMENTWISE]);
+            }
+            Kernel::GluQ8(op) => {
+                def(match op {
+                    Elementwise::GeluMul => "GELU_MUL",
+                    _ => "SILU_MUL",
+                });
+                def("Q8");
                 parts.extend([src::EXACT, src::ELEMENTWISE]);
             }
             Kernel::Softmax | Kernel::Argmax => {

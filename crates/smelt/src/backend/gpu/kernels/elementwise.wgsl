@@ -4,12 +4,21 @@
 // binding is read_write so the same buffer can be bound twice. SiLU and
 // GELU are the fast CPU backend's, bit for bit (exact.wgsl).
 //
+// The Q8 define (SILU_MUL and GELU_MUL) fuses the next matmul's
+// activation rounding (exact.wgsl's q8_block, as quantize.wgsl's Q8) on
+// the values written: one invocation per block of 32.
+//
 // Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32).
 
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
 #ifndef SCALE
 @group(0) @binding(3) var<storage, read_write> b: array<f32>;     // (rows, cols) or (cols)
+#endif
+#ifdef Q8
+@group(0) @binding(4) var<storage, read_write> xq: array<u32>;    // (n / 4) quants, 4 per word
+@group(0) @binding(5) var<storage, read_write> xd: array<f32>;    // (n / 32) f16(d), widened
+@group(0) @binding(6) var<storage, read_write> xs: array<f32>;    // (n / 32) f16(d · Σq), widened
 #endif
 
 fn op(i: u32) -> f32 {
@@ -31,6 +40,26 @@ fn op(i: u32) -> f32 {
 #endif
 }
 
+#ifdef Q8
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = gid.x + gid.y * nwg.x * 64u;
+    if (g >= pu(0) / 32u) {
+        return;
+    }
+    var v: array<f32, 32>;
+    for (var i = 0u; i < 32u; i++) {
+        v[i] = op(32u * g + i);
+        out[32u * g + i] = v[i];
+    }
+    let q = q8_block(v);
+    for (var i = 0u; i < 8u; i++) {
+        xq[8u * g + i] = q.words[i];
+    }
+    xd[g] = q.d;
+    xs[g] = q.s;
+}
+#else
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
@@ -38,3 +67,4 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         out[i] = op(i);
     }
 }
+#endif

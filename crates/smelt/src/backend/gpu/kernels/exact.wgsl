@@ -204,3 +204,45 @@ fn sincos_rn(t: f32) -> vec2<f32> {
     return vec2<f32>(s.x, c.x);
 }
 #endif
+
+fn f16_round(v: f32) -> f32 {
+    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
+}
+
+// A block of 32 values rounded as ggml's quantize_row_q8_1 (quantize.wgsl
+// and the fused rms_norm of norm.wgsl share it): d = amax / 127, q =
+// round_ties_even(x · (127 / amax)) packed 4 per word, d and s = d · Σq
+// as f16, widened.
+struct Q8Block {
+    words: array<u32, 8>,
+    d: f32,
+    s: f32,
+}
+
+fn q8_block(v: array<f32, 32>) -> Q8Block {
+    var amax = 0.0;
+    for (var i = 0u; i < 32u; i++) {
+        amax = max(amax, abs(v[i]));
+    }
+    let d = div_rn(amax, 127.0);
+    var id = 0.0;
+    if (amax != 0.0) {
+        id = div_rn(127.0, amax);
+    }
+    var out: Q8Block;
+    var sum = 0;
+    for (var w = 0u; w < 8u; w++) {
+        var word = 0u;
+        for (var e = 0u; e < 4u; e++) {
+            // |x · id| <= 127: the product is rounded, then rounded to an
+            // integer, ties to even, as _mm256_round_ps does.
+            let q = i32(round(v[4u * w + e] * id));
+            sum += q;
+            word |= (bitcast<u32>(q) & 0xffu) << (8u * e);
+        }
+        out.words[w] = word;
+    }
+    out.d = f16_round(d);
+    out.s = f16_round(d * f32(sum));
+    return out;
+}

@@ -7,12 +7,21 @@
 // scale = 1 / sqrt(mean + eps) with both operations correctly rounded, and
 // out = x · scale · w in that order.
 //
+// The Q8 define (with WEIGHT) fuses the next matmul's activation rounding
+// (quantize.wgsl's Q8, exact.wgsl's q8_block) on the values written: one
+// dispatch instead of two before Q, K, V and gate, up.
+//
 // Params: 0 rows, 1 cols, 2 eps (f32).
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
 #ifdef WEIGHT
 @group(0) @binding(3) var<storage, read_write> w: array<f32>;     // (cols)
+#endif
+#ifdef Q8
+@group(0) @binding(4) var<storage, read_write> xq: array<u32>;    // (rows, cols / 4) quants, 4 per word
+@group(0) @binding(5) var<storage, read_write> xd: array<f32>;    // (rows, cols / 32) f16(d), widened
+@group(0) @binding(6) var<storage, read_write> xs: array<f32>;    // (rows, cols / 32) f16(d · Σq), widened
 #endif
 
 const NORM_WG: u32 = {{WG}}u;
@@ -40,6 +49,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     workgroupBarrier();
     let mean = ff_div_rn(partial[0], f32(cols));
     let scale = div_rn(1.0, sqrt_rn(mean + pf(2)));
+#ifdef Q8
+    // One invocation per block of 32 (cols is a whole number of them).
+    for (var blk = lid; blk < cols / 32u; blk += NORM_WG) {
+        let c0 = blk * 32u;
+        var v: array<f32, 32>;
+        for (var i = 0u; i < 32u; i++) {
+            v[i] = x[b + c0 + i] * scale * w[c0 + i];
+            out[b + c0 + i] = v[i];
+        }
+        let q = q8_block(v);
+        let g = (b + c0) / 32u;
+        for (var i = 0u; i < 8u; i++) {
+            xq[8u * g + i] = q.words[i];
+        }
+        xd[g] = q.d;
+        xs[g] = q.s;
+    }
+    return;
+#endif
     for (var c = lid; c < cols; c += NORM_WG) {
 #ifdef WEIGHT
         out[b + c] = x[b + c] * scale * w[c];

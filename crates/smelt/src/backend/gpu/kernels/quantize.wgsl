@@ -23,10 +23,6 @@
 @group(0) @binding(2) var<storage, read_write> xq: array<f32>;    // (rows, cols)
 #endif
 
-fn f16_round(v: f32) -> f32 {
-    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
-}
-
 #ifdef F16
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -45,30 +41,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (b >= pu(0) / 32u) {
         return;
     }
-    let o = b * 32u;
-    var amax = 0.0;
+    var v: array<f32, 32>;
     for (var i = 0u; i < 32u; i++) {
-        amax = max(amax, abs(x[o + i]));
+        v[i] = x[b * 32u + i];
     }
-    let d = div_rn(amax, 127.0);
-    var id = 0.0;
-    if (amax != 0.0) {
-        id = div_rn(127.0, amax);
-    }
-    var sum = 0;
+    let q = q8_block(v);
     for (var w = 0u; w < 8u; w++) {
-        var word = 0u;
-        for (var e = 0u; e < 4u; e++) {
-            // |x · id| <= 127: the product is rounded, then rounded to an
-            // integer, ties to even, as _mm256_round_ps does.
-            let q = i32(round(x[o + 4u * w + e] * id));
-            sum += q;
-            word |= (bitcast<u32>(q) & 0xffu) << (8u * e);
-        }
-        xq[8u * b + w] = word;
+        xq[8u * b + w] = q.words[w];
     }
-    xd[b] = f16_round(d);
-    xs[b] = f16_round(d * f32(sum));
+    xd[b] = q.d;
+    xs[b] = q.s;
 }
 #endif
 
