@@ -39,10 +39,11 @@ pub struct EngineArgs {
 #[derive(clap::Args)]
 pub struct BackendArgs {
     /// Compute backend: cpu, cpu-ref (the plain reference ops), gpu, auto
-    #[arg(long, default_value = "cpu")]
-    pub backend: BackendKind,
-    /// GPU adapter: an index into `smelt devices` (with --backend gpu or
-    /// auto)
+    /// (default: cpu, or gpu with --device)
+    #[arg(long)]
+    pub backend: Option<BackendKind>,
+    /// GPU adapter: an index into `smelt devices` (alone, it means
+    /// --backend gpu)
     #[arg(long)]
     pub device: Option<usize>,
     /// CPU threads (default: the physical cores)
@@ -64,12 +65,12 @@ impl BackendArgs {
             quantize_activations: !self.gpu_f32_acts,
             ..GpuOptions::default()
         };
-        Ok(select::select_with(
-            self.backend,
-            self.device,
-            self.threads,
-            &gpu,
-        )?)
+        // `--device N` alone names a GPU.
+        let kind = self.backend.unwrap_or(match self.device {
+            Some(_) => BackendKind::Gpu,
+            None => BackendKind::Cpu,
+        });
+        Ok(select::select_with(kind, self.device, self.threads, &gpu)?)
     }
 }
 

@@ -97,3 +97,32 @@ fn bench_on_gpu_reports_work_per_token() {
     let d = rows[1]["dispatches_per_token"].as_f64().unwrap();
     assert!(d >= 30.0 * 10.0 && d.fract() == 0.0, "dispatches/token {d}");
 }
+
+/// `--device N` alone selects that GPU adapter; with `--backend cpu` it is
+/// an error.
+#[test]
+fn device_alone_means_the_gpu() {
+    let m = model();
+    let out = smelt(&["run", "-m", &m, "--device", "0", "-n", "1", "-p", "Hi"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("smelt: loaded") && !err.contains(" on cpu "),
+        "{err}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_smelt"))
+        .args([
+            "run",
+            "-m",
+            &m,
+            "--backend",
+            "cpu",
+            "--device",
+            "0",
+            "-p",
+            "Hi",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--device selects a GPU"));
+}
