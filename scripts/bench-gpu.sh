@@ -10,11 +10,12 @@
 #   .whl/*.whl                    the gguf wheel (and numpy's, if the machine lacks it)
 # The tokenizer donor (Llama-3 vocabulary) is read from testdata/ or .device/.
 #
-# Environment: CASES ("shape:type ..."), MODES ("ggml f32"), REPS (5), PP
-# (512) and TG (128) tokens, CASE_TIMEOUT (100 s per case and mode), BW (bytes/s of a device-to-device
+# Environment: CASES ("shape:type ..."), MODES ("ggml f32"), REPS (5),
+# PP (512) and TG (128) tokens, CASE_TIMEOUT (100 s per case and mode),
+# MODELS (/tmp/smelt-bench-models), BW (bytes/s of a device-to-device
 # copy, read + written; default 4.3e12 on H200, 3.0e12 on H100 as an
-# estimate to be replaced by a measured figure), ALLOW_SOFTWARE=1 for a dry
-# run on lavapipe.
+# estimate to be replaced by a measured figure), ALLOW_SOFTWARE=1 for a
+# dry run on lavapipe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +51,9 @@ if [ -z "${VK_DRIVER_FILES:-}" ]; then
         [ -f "$f" ] && export VK_DRIVER_FILES=$f && break
     done
 fi
+# As the device notes say for these machines (harmless for compute).
+egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+[ -z "${__EGL_VENDOR_LIBRARY_FILENAMES:-}" ] && [ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
 echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-}" >>"$log"
 
 say "devices"

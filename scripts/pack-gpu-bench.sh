@@ -11,10 +11,11 @@ strip -o .device/smelt target/release/smelt
 # The Vulkan loader, and glvnd's libraries that NVIDIA's ICD
 # (libGLX_nvidia.so.0) needs to load: without libGLdispatch the loader
 # finds no vkCreateInstance in it and reports no drivers.
-(cd .device && rm -f ./*.deb && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0)
+(cd .device && rm -f ./*.deb && apt-get download libvulkan1 libglvnd0 libglx0 libegl1 libgl1 libopengl0 libgles2)
 py=${PYTHON:-python3}
-# gguf is pure Python; numpy's wheels for the Pythons a GPU machine may
-# have. bench-gpu.sh installs only what that machine lacks.
+# gguf is pure Python (it imports numpy and yaml, which the H100 machines
+# had); numpy's wheel for Python 3.12 in case. bench-gpu.sh installs only
+# what the machine lacks.
 rm -f .whl/*.whl
 "$py" -m pip download -q --no-deps --only-binary=:all: -d .whl gguf==0.19.0
 for v in 3.12; do
