@@ -563,3 +563,47 @@ fn ops_match_cpu_without_subgroups_or_f16() {
         },
     );
 }
+
+/// Decode mat-vecs on f32 activations with the adapter's features (the
+/// runs above cover them without subgroups only): rows spanning several
+/// sweeps of a workgroup (matvec_blocks.wgsl walks 64 blocks per sweep),
+/// blocks at both word alignments, a partial last group of 4 rows, and a
+/// part of a wider output (the split-weight path).
+#[test]
+fn decode_matvec_f32_acts_with_adapter_features() {
+    let seed = seed();
+    let mut b = Bench::new(
+        seed,
+        GpuOptions {
+            quantize_activations: false,
+            ..GpuOptions::default()
+        },
+    );
+    for t in WEIGHT_TYPES {
+        // 65 blocks of 32, or 9 of 256: one more than a sweep's worth.
+        let k = if t.block_size() == 256 { 2304 } else { 2080 };
+        for (m, n) in [(1usize, 1usize), (7, 1), (130, 4)] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(n, k, 1.0);
+            let out = b.output(F32, n, m);
+            b.check(
+                &format!("matvec {t} m={m} k={k} n={n}"),
+                // f32 activations: only the summation order differs.
+                1e-8,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
+    assert!(
+        b.failures.is_empty(),
+        "seed {seed}: {} of {} cases failed:\n{}",
+        b.failures.len(),
+        b.cases,
+        b.failures.join("\n")
+    );
+    println!("{} decode cases passed", b.cases);
+}

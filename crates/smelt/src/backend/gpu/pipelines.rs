@@ -19,6 +19,7 @@ mod src {
     pub const QUANT: &str = include_str!("kernels/quant.wgsl");
     pub const GET_ROWS: &str = include_str!("kernels/get_rows.wgsl");
     pub const MATVEC: &str = include_str!("kernels/matvec.wgsl");
+    pub const MATVEC_BLOCKS: &str = include_str!("kernels/matvec_blocks.wgsl");
     pub const MATMUL: &str = include_str!("kernels/matmul.wgsl");
     pub const NORM: &str = include_str!("kernels/norm.wgsl");
     pub const ROPE: &str = include_str!("kernels/rope.wgsl");
@@ -223,7 +224,9 @@ impl Kernel {
     pub fn bindings(self) -> &'static [Access] {
         use Access::{Read as R, ReadWrite as RW};
         match self {
-            Kernel::GetRows(_) | Kernel::MatVec(_) | Kernel::MatMul(_) => &[R, RW, RW],
+            Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
+            // Activations read-only: the driver may use its read-only cache.
+            Kernel::MatVec(_) => &[R, R, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, RW, RW, RW, RW],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, RW, RW, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -267,6 +270,13 @@ impl Kernel {
             defines.push(("TAB", self.bindings().len().to_string()));
         };
         match self {
+            // Q4_0 and Q8_0 decode: whole blocks per invocation.
+            Kernel::MatVec(t @ (GgmlType::Q4_0 | GgmlType::Q8_0)) => {
+                type_defines(t, &mut def);
+                wg = WG_MATVEC;
+                def("REDUCE4");
+                parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
+            }
             Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
                 type_defines(t, &mut def);
                 parts.push(src::QUANT);

@@ -9,7 +9,7 @@
 // part of a split weight), 6 out's first column.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
-@group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
+@group(0) @binding(2) var<storage, read> x: array<f32>;           // (n, k)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
 
 const NR: u32 = 4u;
