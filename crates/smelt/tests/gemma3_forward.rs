@@ -1,5 +1,6 @@
-//! The Gemma 3 forward pass against an independent numpy implementation
-//! (`testdata/gemma/gemma3_ref.py`) on a small random model it writes, with
+//! The Gemma 3 forward pass, on the CPU and GPU backends, against an
+//! independent numpy implementation (`testdata/gemma/gemma3_ref.py`) on a
+//! small random model it writes, with
 //! a sequence four times its sliding window; Gemma 3's hyperparameters
 //! against llama.cpp's rules; and broken Gemma 3 files, which must fail to
 //! load with errors that say why.
@@ -11,6 +12,7 @@ use std::process::Command;
 
 use smelt::backend::Backend;
 use smelt::backend::cpu::CpuBackend;
+use smelt::backend::gpu::{GpuBackend, GpuOptions};
 use smelt::gguf::{GgufFile, GgufWriter, Value};
 use smelt::model::{Batch, Config, Model, ModelError, Session, SessionParams};
 use smelt::quant::GgmlType;
@@ -80,7 +82,8 @@ fn forward_matches_numpy_reference() {
     let ids: Vec<u32> = (0..20).map(|i| (i * 37 + 11) % 300).collect();
     let want = numpy_reference(&dir, &ids);
     let model_path = dir.join("model.gguf");
-    let cases: [(&str, Box<dyn Backend>, GgmlType, f64); 3] = [
+    let gpu = GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)");
+    let cases: [(&str, Box<dyn Backend>, GgmlType, f64); 4] = [
         // The reference ops in f64 sums, F32 cache: f32 storage only.
         (
             "cpu-ref, F32 cache",
@@ -101,6 +104,8 @@ fn forward_matches_numpy_reference() {
             GgmlType::F16,
             2e-4,
         ),
+        // Every op Gemma 3 needs, on the GPU backend.
+        ("gpu, F16 cache", Box::new(gpu), GgmlType::F16, 2e-4),
     ];
     for (what, backend, kv_type, tol) in cases {
         let model = load(&model_path, backend).unwrap();
