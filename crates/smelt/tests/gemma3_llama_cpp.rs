@@ -1,7 +1,7 @@
 //! Gemma 3 270M Q4_K_M on the CPU against llama.cpp: greedy outputs and
-//! top-10 log-probabilities (`testdata/reference`), and perplexity as
-//! `llama-perplexity -c 512` measures it on two license texts
-//! (`testdata/gemma`, Debian's `/usr/share/common-licenses`).
+//! top-10 log-probabilities (`testdata/reference`). Perplexity against
+//! `llama-perplexity` is `smelt perplexity`'s test
+//! (`crates/smelt-cli/tests/gemma3_cli.rs`).
 //!
 //! llama.cpp rounds as it goes and lands a few hundredths of a nat from
 //! exact arithmetic, now and then tenths. So the same steps are also
@@ -15,12 +15,10 @@ mod common;
 #[path = "common/reference.rs"]
 mod reference;
 
-use reference::{Case, argmax, cases, compare_steps, log_probs, session, teacher_forced_logits};
+use reference::{Case, argmax, cases, compare_steps, session, teacher_forced_logits};
 use serde_json::Value;
 use smelt::backend::cpu::CpuBackend;
-use smelt::gguf::GgufFile;
-use smelt::model::{Batch, Session, SessionParams};
-use smelt::tokenizer::Tokenizer;
+use smelt::model::{Batch, SessionParams};
 
 const REFERENCE: &str = "gemma3-270m-q4_k_m-greedy.json";
 
@@ -170,82 +168,4 @@ fn greedy_reproduces_clear_prefix() {
         t.elapsed()
     );
     assert!(total > 0);
-}
-
-/// Perplexity as `llama-perplexity` computes it: the text tokenized once
-/// (with BOS where the model adds it), cut into chunks of `n_ctx` tokens
-/// whose first token becomes BOS, each run from an empty cache, scoring
-/// only the second half of each chunk. Returns (perplexity, tokens scored).
-fn perplexity(s: &mut Session, tok: &Tokenizer, text: &str, n_ctx: usize) -> (f64, usize) {
-    let mut tokens = tok.encode(text, true, false);
-    let first = n_ctx / 2;
-    let per_call = s.params().n_outputs;
-    let vocab = s.config().n_vocab;
-    let (mut nll, mut count) = (0f64, 0);
-    for chunk in tokens.chunks_mut(n_ctx).filter(|c| c.len() == n_ctx) {
-        if tok.add_bos() {
-            chunk[0] = tok.bos().unwrap();
-        }
-        s.truncate(0, 0);
-        // The first half only fills the cache; the second half's logits
-        // come a few rows per call, so the logits buffer stays small.
-        s.decode(&rows(&chunk[..first], 0, |_| false)).unwrap();
-        for start in (first..n_ctx - 1).step_by(per_call) {
-            let end = (start + per_call).min(n_ctx - 1);
-            let logits = s.decode(&rows(&chunk[start..end], start, |_| true));
-            for (i, row) in logits.unwrap().chunks_exact(vocab).enumerate() {
-                let next = chunk[start + i + 1] as usize;
-                nll -= log_probs(row)[next];
-                count += 1;
-            }
-        }
-    }
-    ((nll / count as f64).exp(), count)
-}
-
-/// `tokens` at positions `start..` of slot 0.
-fn rows(tokens: &[u32], start: usize, logits: impl Fn(usize) -> bool) -> Batch {
-    let mut b = Batch::default();
-    for (i, &t) in tokens.iter().enumerate() {
-        b.push(t, start + i, 0, logits(i));
-    }
-    b
-}
-
-fn check_perplexity(file: &str, llama_cpp: f64) {
-    let path = common::model(common::GEMMA3);
-    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
-    let params = SessionParams {
-        n_ctx: Some(512),
-        n_outputs: 64,
-        ..SessionParams::default()
-    };
-    let mut s = session(common::GEMMA3, cpu(), params);
-    let text = std::fs::read_to_string(common::testdata(&format!("gemma/{file}"))).unwrap();
-    let t = std::time::Instant::now();
-    let (ppl, count) = perplexity(&mut s, &tok, &text, 512);
-    let rel = (ppl - llama_cpp).abs() / llama_cpp;
-    eprintln!(
-        "{file}: perplexity {ppl:.4} over {count} tokens in {:.1?} (llama.cpp {llama_cpp}, {:.3}% off)",
-        t.elapsed(),
-        rel * 100.0
-    );
-    assert!(count > 0);
-    assert!(
-        rel <= 0.01,
-        "{file}: perplexity {ppl} vs llama.cpp's {llama_cpp}"
-    );
-}
-
-#[test]
-fn perplexity_apache_matches_llama_cpp() {
-    check_perplexity("Apache-2.0", 10.1496);
-}
-
-/// The same on MPL-2.0, kept out of CI's time budget: run with
-/// `cargo test --release -p smelt --test gemma3_llama_cpp -- --ignored`.
-#[test]
-#[ignore = "slow; the Apache-2.0 perplexity runs in CI"]
-fn perplexity_mpl_matches_llama_cpp() {
-    check_perplexity("MPL-2.0", 8.8967);
 }
