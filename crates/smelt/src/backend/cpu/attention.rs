@@ -147,7 +147,6 @@ fn row_kernel<M: Madd>(
     let p = job.p;
     let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
     let q_cols = p.n_heads * hd;
-    let s = keys.len() / hd.max(1);
     let f16_cache = matches!(job.v, Rows::F16(_));
     // ggml rounds to the cache type where it rounds: the query to f16 for
     // the f16 key dot products, the value accumulator to f16 after every
@@ -163,30 +162,7 @@ fn row_kernel<M: Madd>(
         let q = &job.q[row * q_cols + h * hd..row * q_cols + (h + 1) * hd];
         qh.copy_from_slice(q);
         round(qh);
-        // Online softmax over the span in position order (flash attention):
-        // `max` the running maximum, `sum` the running denominator.
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-        acc.fill(0.0);
-        for j in 0..s {
-            let mut score = dot_ggml::<M>(qh, &keys[j * hd..(j + 1) * hd]) * scale;
-            if let Some(cap) = p.softcap {
-                score = cap * score.tanh();
-            }
-            let (mut ms, mut vs) = (1.0f32, 1.0f32);
-            if score > max {
-                ms = (max - score).exp();
-                max = score;
-                acc.iter_mut().for_each(|a| *a *= ms);
-                round(acc);
-            } else {
-                vs = (score - max).exp();
-            }
-            for (a, &v) in acc.iter_mut().zip(&vals[j * hd..(j + 1) * hd]) {
-                *a = M::madd(v, vs, *a);
-            }
-            round(acc);
-            sum = M::madd(sum, ms, vs);
-        }
+        let sum = online_softmax::<M>(qh, keys, vals, scale, p.softcap, f16_cache, acc);
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
         // SAFETY: row `row`, head `h` belongs to this item alone (its query
         // row and one of its KV head's query heads), and `out` outlives the
@@ -196,6 +172,71 @@ fn row_kernel<M: Madd>(
             *o = a * inv;
         }
     }
+}
+
+/// Online softmax of `qh` over the span's `keys` in position order (flash
+/// attention), accumulating `vals` into `acc` (`hd`); returns the
+/// denominator. With an F16 cache the accumulator is rounded to f16 after
+/// every update, as ggml keeps it in f16.
+#[inline(always)]
+fn online_softmax<M: Madd>(
+    qh: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    scale: f32,
+    softcap: Option<f32>,
+    f16_cache: bool,
+    acc: &mut [f32],
+) -> f32 {
+    let hd = qh.len();
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY (each): `M::AVX2` holds only inside the AVX2 entry points,
+        // which run after the CPU reported AVX2, FMA and F16C.
+        match hd {
+            64 => {
+                return unsafe {
+                    avx2::online_softmax::<8>(qh, keys, vals, scale, softcap, f16_cache, acc)
+                };
+            }
+            128 => {
+                return unsafe {
+                    avx2::online_softmax::<16>(qh, keys, vals, scale, softcap, f16_cache, acc)
+                };
+            }
+            _ => {}
+        }
+    }
+    let round = |v: &mut [f32]| {
+        if f16_cache {
+            M::round_to_f16(v);
+        }
+    };
+    let s = keys.len() / hd.max(1);
+    // `max` the running maximum, `sum` the running denominator.
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    acc.fill(0.0);
+    for j in 0..s {
+        let mut score = dot_ggml::<M>(qh, &keys[j * hd..(j + 1) * hd]) * scale;
+        if let Some(cap) = softcap {
+            score = cap * score.tanh();
+        }
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if score > max {
+            ms = (max - score).exp();
+            max = score;
+            acc.iter_mut().for_each(|a| *a *= ms);
+            round(acc);
+        } else {
+            vs = (score - max).exp();
+        }
+        for (a, &v) in acc.iter_mut().zip(&vals[j * hd..(j + 1) * hd]) {
+            *a = M::madd(v, vs, *a);
+        }
+        round(acc);
+        sum = M::madd(sum, ms, vs);
+    }
+    sum
 }
 
 /// `Σ a·b` summed as ggml's AVX2 `vec_dot_f16` sums: four 8-lane
@@ -245,7 +286,66 @@ fn dot_finish(acc: [[f32; LANES]; 4], a: &[f32], b: &[f32], full: usize) -> f32 
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::LANES;
+    use super::{LANES, dot_finish};
+
+    /// `online_softmax` for `hd = 8·N` with the accumulator in `N`
+    /// registers instead of memory; the same operations in the same order.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn online_softmax<const N: usize>(
+        qh: &[f32],
+        keys: &[f32],
+        vals: &[f32],
+        scale: f32,
+        softcap: Option<f32>,
+        f16_cache: bool,
+        out: &mut [f32],
+    ) -> f32 {
+        let hd = N * LANES;
+        let s = keys.len() / hd;
+        let round = |v: __m256| {
+            if f16_cache {
+                _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+            } else {
+                v
+            }
+        };
+        let mut acc = [_mm256_setzero_ps(); N];
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        for (key, val) in keys.chunks_exact(hd).zip(vals.chunks_exact(hd)).take(s) {
+            // SAFETY: this function's own features.
+            let lanes = unsafe { dot_lanes(&qh[..hd], key) };
+            let mut score = dot_finish(lanes, qh, key, hd) * scale;
+            if let Some(cap) = softcap {
+                score = cap * score.tanh();
+            }
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if score > max {
+                ms = (max - score).exp();
+                max = score;
+                let m = _mm256_set1_ps(ms);
+                for a in &mut acc {
+                    *a = round(_mm256_mul_ps(*a, m));
+                }
+            } else {
+                vs = (score - max).exp();
+            }
+            let v8 = _mm256_set1_ps(vs);
+            for (a, v) in acc.iter_mut().zip(val.chunks_exact(LANES)) {
+                // SAFETY: 8 readable f32s; loadu needs no alignment.
+                let v = unsafe { _mm256_loadu_ps(v.as_ptr()) };
+                *a = round(_mm256_fmadd_ps(v, v8, *a));
+            }
+            sum = sum.mul_add(ms, vs);
+        }
+        for (o, a) in out.chunks_exact_mut(LANES).zip(acc) {
+            // SAFETY: 8 writable f32s; storeu needs no alignment.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+        }
+        sum
+    }
 
     /// The four accumulators of `dot_ggml` over `a` and `b` (equal lengths,
     /// a multiple of 32): lane `l` of accumulator `j` is the fused sum of
