@@ -6,13 +6,15 @@
 #
 # Brought along in ignored folders (64 MiB in all):
 #   .device/smelt                 release binary (built on x86-64 Debian)
-#   .device/libvulkan1_*.deb      Vulkan loader (`apt-get download libvulkan1`)
+#   .device/*.deb                 Vulkan loader and glvnd (scripts/pack-gpu-bench.sh)
 #   .whl/*.whl                    the gguf wheel (and numpy's, if the machine lacks it)
 # The tokenizer donor (Llama-3 vocabulary) is read from testdata/ or .device/.
 #
-# Environment: CASES ("shape:type ..."), REPS (5), BW (bytes/s of a
-# device-to-device copy, read + written; default 4.3e12 on H200, 3.0e12 on
-# H100 as an estimate to be replaced by a measured figure).
+# Environment: CASES ("shape:type ..."), REPS (5), PP (512) and TG (128)
+# tokens, CASE_TIMEOUT (200 s per case), BW (bytes/s of a device-to-device
+# copy, read + written; default 4.3e12 on H200, 3.0e12 on H100 as an
+# estimate to be replaced by a measured figure), ALLOW_SOFTWARE=1 for a dry
+# run on lavapipe.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,26 +31,40 @@ say() { echo "== $*" | tee -a "$log" >&2; }
 [ -x "$SMELT" ] || { echo "error: no release binary at $SMELT" >&2; exit 1; }
 
 say "Vulkan loader"
-if ! ldconfig -p | grep -q 'libvulkan.so.1'; then
-    deb=$(ls .device/libvulkan1_*.deb 2>/dev/null | head -1 || true)
-    [ -n "$deb" ] || { echo "error: no libvulkan.so.1 and no .device/libvulkan1_*.deb" >&2; exit 1; }
-    dpkg -x "$deb" / && ldconfig
+# The loader and glvnd (NVIDIA's Vulkan ICD is libGLX_nvidia.so.0, which
+# needs libGLdispatch): unpacked where the machine lacks them.
+if ! ldconfig -p | grep -q 'libvulkan.so.1' || ! ldconfig -p | grep -q 'libGLdispatch.so.0'; then
+    debs=$(ls .device/*.deb 2>/dev/null || true)
+    [ -n "$debs" ] || { echo "error: no libvulkan.so.1/libGLdispatch.so.0 and no .device/*.deb" >&2; exit 1; }
+    for deb in $debs; do dpkg -x "$deb" /; done
+    ldconfig
 fi
-if [ -z "${VK_DRIVER_FILES:-}" ] && ! ls /usr/share/vulkan/icd.d/nvidia* /etc/vulkan/icd.d/nvidia* >/dev/null 2>&1; then
-    for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json; do
+if [ -z "${VK_DRIVER_FILES:-}" ]; then
+    for f in /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json /usr/share/vulkan/icd.d/nvidia_icd.json \
+             /etc/vulkan/icd.d/nvidia_icd.json; do
         [ -f "$f" ] && export VK_DRIVER_FILES=$f && break
     done
 fi
+echo "VK_DRIVER_FILES=${VK_DRIVER_FILES:-}" >>"$log"
 
 say "devices"
 "$SMELT" devices 2>&1 | tee -a "$log"
 "$SMELT" devices --json >"$OUT/devices.json"
+if [ -z "${ALLOW_SOFTWARE:-}" ] && ! grep -q '"software": *false' "$OUT/devices.json"; then
+    echo "error: no hardware GPU adapter (see $log; VK_LOADER_DEBUG=error shows why)" >&2
+    VK_LOADER_DEBUG=error "$SMELT" devices >>"$log" 2>&1 || true
+    exit 1
+fi
 
 say "python gguf"
 py=${PYTHON:-python3}
-if ! "$py" -c 'import gguf, numpy' 2>/dev/null; then
-    "$py" -m pip install -q --no-index --target .device/py .whl/*.whl >>"$log" 2>&1
+# Only what is missing: the machine's own numpy is kept when it has one.
+if ! "$py" -c 'import gguf' 2>/dev/null; then
+    want=gguf
+    "$py" -c 'import numpy' 2>/dev/null || want="gguf numpy"
+    "$py" -m pip install -q --no-index --no-deps --find-links .whl --target .device/py $want >>"$log" 2>&1
     export PYTHONPATH=$PWD/.device/py${PYTHONPATH:+:$PYTHONPATH}
+    "$py" -c 'import gguf, numpy' || { echo "error: gguf/numpy not importable (see $log)" >&2; exit 1; }
 fi
 
 say "tokenizer donor"
@@ -72,35 +88,43 @@ for case in $CASES; do
         "$py" scripts/synth_gguf.py "$donor" "$model" "$shape" "$qt" >>"$log" 2>&1
     fi
     say "bench $model"
-    # Warm-up, repeats and the median/spread are smelt bench's (-r).
-    "$SMELT" bench -m "$model" --backend gpu -p 512 -n 128 -r "$REPS" -o json --verbose \
-        >"$OUT/$shape-$qt.json" 2>>"$log"
+    # Warm-up and repeats are smelt bench's (-r); a case that fails or runs
+    # past CASE_TIMEOUT seconds leaves its row empty, not the table.
+    timeout "${CASE_TIMEOUT:-200}" "$SMELT" bench -m "$model" --backend gpu -p "${PP:-512}" -n "${TG:-128}" -r "$REPS" \
+        -o json --verbose >"$OUT/$shape-$qt.json" 2>>"$log" || say "bench $model failed (rc $?)"
 done
 
 say "table"
+export MODELS
 BW=${BW:-} "$py" - "$OUT" $CASES <<'PY' | tee -a "$log"
-import json, os, sys
+import json, os, statistics, sys
 out, cases = sys.argv[1], sys.argv[2:]
 from gguf import GGUFReader
 devs = json.load(open(os.path.join(out, "devices.json")))
 name = next((d["name"] for d in devs if not d["software"]), devs[0]["name"] if devs else "?")
 bw = float(os.environ["BW"]) if os.environ.get("BW") else (4.3e12 if "H200" in name else 3.0e12)
 print(f"device: {name}; roofline bandwidth {bw/1e12:.2f} TB/s (BW=...)")
-print(f"| model | test | t/s | ± | subm/token | disp/token | roofline |")
-print(f"|---|---|---:|---:|---:|---:|---:|")
+print("| model | test | t/s median | spread (min-max) | subm/token | disp/token | roofline |")
+print("|---|---|---:|---:|---:|---:|---:|")
 for case in cases:
     shape, qt = case.split(":")
-    model = os.path.join(os.environ.get("MODELS", ".device/models"), f"{shape}-{qt.lower()}.gguf")
+    model = os.path.join(os.environ["MODELS"], f"{shape}-{qt.lower()}.gguf")
     # Bytes one decoded token reads: every weight but the embedding table
-    # (get_rows reads one row of it).
+    # (get_rows reads one row of it; output.weight is its own tensor).
     r = GGUFReader(model)
     wbytes = sum(int(t.n_bytes) for t in r.tensors if t.name != "token_embd.weight")
-    for row in json.load(open(os.path.join(out, f"{shape}-{qt}.json"))):
-        test = row["test"]
-        ts = row["avg_ts"]
-        roof = ""
-        if test.startswith("tg"):
-            roof = f"{ts * wbytes / bw:.1%}"
-        print(f"| {shape} {qt} | {test} | {ts:.1f} | {row.get('stddev_ts', 0):.1f} | "
-              f"{row.get('submissions_per_token', '?')} | {row.get('dispatches_per_token', '?')} | {roof} |")
+    try:
+        rows = json.load(open(os.path.join(out, f"{shape}-{qt}.json")))
+    except (OSError, ValueError):
+        print(f"| {shape} {qt} | (failed: see bench-gpu.log) | | | | | |")
+        continue
+    for row in rows:
+        test, ts = row["test"], row["samples_ts"]
+        med = statistics.median(ts)
+        roof = f"{med * wbytes / bw:.1%}" if test.startswith("tg") else ""
+        sub = row.get("submissions_per_token")
+        disp = row.get("dispatches_per_token")
+        fmt = lambda v, d: "?" if v is None else f"{v:.{d}f}"
+        print(f"| {shape} {qt} | {test} | {med:.1f} | {min(ts):.1f}-{max(ts):.1f} | "
+              f"{fmt(sub, 3)} | {fmt(disp, 1)} | {roof} |")
 PY

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+use smelt::backend::Stats;
 use smelt::backend::select::{self, BackendKind};
 use smelt::chat::ChatTemplate;
 use smelt::gguf::GgufFile;
@@ -33,20 +34,53 @@ pub struct EngineArgs {
     pub backend: BackendArgs,
 }
 
-/// `--backend` and `--threads`.
+/// `--backend`, `--device`, `--threads` and `--verbose`.
 #[derive(clap::Args)]
 pub struct BackendArgs {
     /// Compute backend: cpu, cpu-ref (the plain reference ops), gpu, auto
     #[arg(long, default_value = "cpu")]
     pub backend: BackendKind,
+    /// GPU adapter: an index into `smelt devices` (with --backend gpu or
+    /// auto)
+    #[arg(long)]
+    pub device: Option<usize>,
     /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// Print the backend's work per token (submissions, dispatches) on
+    /// stderr
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 impl BackendArgs {
     fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
-        Ok(select::select(self.backend, None, self.threads)?)
+        Ok(select::select(self.backend, self.device, self.threads)?)
+    }
+}
+
+/// The backend's work between two readings of its counters, per token.
+#[derive(Clone, Copy, Debug)]
+pub struct PerToken {
+    pub submissions: f64,
+    pub dispatches: f64,
+}
+
+impl PerToken {
+    pub fn between(before: Stats, after: Stats, tokens: usize) -> Self {
+        let n = tokens.max(1) as f64;
+        Self {
+            submissions: (after.submissions - before.submissions) as f64 / n,
+            dispatches: (after.dispatches - before.dispatches) as f64 / n,
+        }
+    }
+
+    /// `--verbose`'s line on stderr.
+    pub fn report(&self, what: &str) {
+        eprintln!(
+            "smelt: {what}: {:.2} submissions, {:.1} dispatches per token",
+            self.submissions, self.dispatches
+        );
     }
 }
 
@@ -75,8 +109,8 @@ pub fn open(
         .with_context(|| format!("cannot run {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
-    let backend = backend.make()?;
-    let name = backend.name();
+    let made = backend.make()?;
+    let name = made.name();
     let start = Instant::now();
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = indicatif::ProgressBar::new(0);
@@ -95,12 +129,20 @@ pub fn open(
             bar.set_position(done);
         }
     };
-    let model = Model::load(&file, backend, &mut progress)
+    let model = Model::load(&file, made, &mut progress)
         .with_context(|| format!("cannot load {}", path.display()))?;
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
     let session = Session::new(model, params)?;
+    if backend.verbose {
+        // Commands that decode report per token; this is the load's share.
+        let st = session.model().backend_stats();
+        eprintln!(
+            "smelt: backend {name}: {} submissions, {} dispatches to load",
+            st.submissions, st.dispatches
+        );
+    }
     eprintln!(
         "smelt: loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
         file_name(&path),

@@ -7,16 +7,18 @@ use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use smelt::backend::gpu::{Kernel, ShaderFeatures};
 
-fn feature_sets() -> [ShaderFeatures; 4] {
-    let f = |subgroups, shader_f16| ShaderFeatures {
+fn feature_sets() -> [ShaderFeatures; 5] {
+    let f = |subgroups, shader_f16, fused_fma| ShaderFeatures {
         subgroups,
         shader_f16,
+        fused_fma,
     };
     [
-        f(false, false),
-        f(true, false),
-        f(false, true),
-        f(true, true),
+        f(false, false, false),
+        f(true, false, false),
+        f(false, true, true),
+        f(true, true, true),
+        f(true, true, false),
     ]
 }
 
@@ -75,7 +77,7 @@ fn every_kernel_variant_validates_and_writes_msl_and_spirv() {
             }
         }
     }
-    assert!(n >= 4 * 40, "only {n} variants: the kernel table shrank");
+    assert!(n >= 5 * 40, "only {n} variants: the kernel table shrank");
     assert!(
         failures.is_empty(),
         "{} of {n} variants failed:\n{}",

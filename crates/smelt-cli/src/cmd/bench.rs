@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::bail;
 use smelt::model::{Batch, Session, SessionParams};
 
-use crate::engine::{self, BackendArgs};
+use crate::engine::{self, BackendArgs, PerToken};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -50,6 +50,8 @@ struct Result {
     n_gen: usize,
     /// Tokens per second of each repetition.
     samples: Vec<f64>,
+    /// The backend's work per token over the repetitions.
+    work: PerToken,
 }
 
 impl Result {
@@ -98,14 +100,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(args.n_prompt as f64 / start.elapsed().as_secs_f64())
         };
         run(&mut m.session)?;
+        let before = m.session.model().backend_stats();
         let samples = (0..args.repetitions)
             .map(|_| run(&mut m.session))
             .collect::<anyhow::Result<_>>()?;
+        let after = m.session.model().backend_stats();
         results.push(Result {
             test: format!("pp{}", args.n_prompt),
             n_prompt: args.n_prompt,
             n_gen: 0,
             samples,
+            work: PerToken::between(before, after, args.n_prompt * args.repetitions),
         });
     }
     if args.n_gen > 0 {
@@ -118,15 +123,25 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Ok(n as f64 / start.elapsed().as_secs_f64())
         };
         run(&mut m.session, 1)?;
+        let before = m.session.model().backend_stats();
         let samples = (0..args.repetitions)
             .map(|_| run(&mut m.session, args.n_gen))
             .collect::<anyhow::Result<_>>()?;
+        let after = m.session.model().backend_stats();
         results.push(Result {
             test: format!("tg{}", args.n_gen),
             n_prompt: 0,
             n_gen: args.n_gen,
             samples,
+            work: PerToken::between(before, after, args.n_gen * args.repetitions),
         });
+    }
+    // Only a backend that counts its work (the GPU) reports it.
+    let counted = results.iter().any(|r| r.work.dispatches > 0.0);
+    if args.backend.verbose {
+        for r in &results {
+            r.work.report(&r.test);
+        }
     }
 
     let model = m.session.model();
@@ -158,7 +173,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             let rows: Vec<_> = results
                 .iter()
                 .map(|r| {
-                    serde_json::json!({
+                    let mut row = serde_json::json!({
                         "model_filename": m.path.display().to_string(),
                         "model_type": model_name,
                         "model_size": model.n_bytes,
@@ -171,7 +186,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         "avg_ts": r.mean(),
                         "stddev_ts": r.stddev(),
                         "samples_ts": r.samples,
-                    })
+                    });
+                    if counted {
+                        row["submissions_per_token"] = r.work.submissions.into();
+                        row["dispatches_per_token"] = r.work.dispatches.into();
+                    }
+                    row
                 })
                 .collect();
             println!("{}", serde_json::to_string_pretty(&rows)?);

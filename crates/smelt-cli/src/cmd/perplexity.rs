@@ -17,7 +17,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 use smelt::model::{Batch, SessionParams};
 
-use crate::engine::{self, BackendArgs};
+use crate::engine::{self, BackendArgs, PerToken};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -70,6 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
     let mut stdout = std::io::stdout().lock();
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
+    let before = m.session.model().backend_stats();
     let start = Instant::now();
     for chunk in 0..n_chunks {
         let span = chunk * n_ctx..(chunk + 1) * n_ctx;
@@ -111,6 +112,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "smelt: {count} tokens scored in {:.1} s",
         start.elapsed().as_secs_f64()
     );
+    if args.backend.verbose {
+        let after = m.session.model().backend_stats();
+        PerToken::between(before, after, n_chunks * n_ctx).report("evaluation");
+    }
     writeln!(stdout, "PPL = {ppl:.4} +/- {err:.4}")?;
     Ok(())
 }

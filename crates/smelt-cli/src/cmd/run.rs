@@ -8,7 +8,7 @@ use smelt::generate::{GenerateParams, generate};
 use smelt::model::SessionParams;
 use smelt::sample::SamplerParams;
 
-use crate::engine::{self, EngineArgs};
+use crate::engine::{self, EngineArgs, PerToken};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -73,6 +73,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         stop: args.stop,
     };
     let mut stdout = std::io::stdout().lock();
+    let before = m.session.model().backend_stats();
     let out = generate(
         &mut m.session,
         &m.tokenizer,
@@ -95,5 +96,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         t.gen_tps(),
         out.finish.as_str()
     );
+    if args.engine.backend.verbose {
+        // One forward pass for the prompt and one per generated token but
+        // the last: per generated token, the prompt's pass included.
+        let after = m.session.model().backend_stats();
+        PerToken::between(before, after, t.gen_tokens).report("generation");
+    }
     Ok(())
 }

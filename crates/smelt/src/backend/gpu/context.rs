@@ -197,9 +197,10 @@ impl Context {
         };
         let (report, adapter) = list.swap_remove(pick);
         let af = adapter.features();
-        let features = ShaderFeatures {
+        let mut features = ShaderFeatures {
             subgroups: opts.allow_subgroups && af.contains(wgpu::Features::SUBGROUP),
             shader_f16: opts.allow_shader_f16 && af.contains(wgpu::Features::SHADER_F16),
+            fused_fma: false,
         };
         let zero_copy = opts.allow_zero_copy
             && report.unified_memory
@@ -226,6 +227,8 @@ impl Context {
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| BackendError::NoAdapter(format!("{}: {e}", report.name)))?;
+
+        features.fused_fma = fma_is_fused(&device, &queue)?;
 
         let error = Arc::new(Mutex::new(None));
         let sink = Arc::clone(&error);
@@ -268,4 +271,78 @@ impl Context {
             None => Ok(()),
         }
     }
+}
+
+/// Whether the device's `fma` rounds once, as x86's vfmadd (and so ggml's
+/// compiled code) does. (1 + 2^-12)² - (1 + 2^-11) is 2^-24 exactly; a
+/// product rounded first gives 0.
+fn fma_is_fused(device: &wgpu::Device, queue: &wgpu::Queue) -> Result<bool> {
+    const PROBE: &str = "
+        @group(0) @binding(0) var<storage, read_write> v: array<f32, 4>;
+        @compute @workgroup_size(1)
+        fn main() {
+            v[3] = fma(v[0], v[1], v[2]);
+        }";
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("fma probe"),
+        source: wgpu::ShaderSource::Wgsl(PROBE.into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("fma probe"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: wgpu::PipelineCompilationOptions::default(),
+        cache: None,
+    });
+    let usage =
+        wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let buf = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("fma probe"),
+        size: 16,
+        usage,
+        mapped_at_creation: false,
+    });
+    let readback = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("fma probe readback"),
+        size: 16,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let a = 1.0 + 2f32.powi(-12);
+    let inputs = [a, a, -(1.0 + 2f32.powi(-11)), 0.0];
+    queue.write_buffer(&buf, 0, bytemuck::cast_slice(&inputs));
+    let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("fma probe"),
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[wgpu::BindGroupEntry {
+            binding: 0,
+            resource: buf.as_entire_binding(),
+        }],
+    });
+    let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
+    {
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.dispatch_workgroups(1, 1, 1);
+    }
+    enc.copy_buffer_to_buffer(&buf, 0, &readback, 0, 16);
+    queue.submit([enc.finish()]);
+    let slice = readback.slice(..);
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| BackendError::DeviceLost(e.to_string()))?;
+    rx.recv()
+        .map_err(|_| BackendError::Other("the fma probe was never mapped".into()))?
+        .map_err(|e| BackendError::Other(format!("mapping the fma probe: {e}")))?;
+    let view = slice
+        .get_mapped_range()
+        .map_err(|e| BackendError::Other(format!("fma probe view: {e}")))?;
+    let out: &[f32] = bytemuck::cast_slice(&view);
+    Ok(out[3] == 2f32.powi(-24))
 }

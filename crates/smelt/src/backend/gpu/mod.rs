@@ -17,9 +17,12 @@ mod context;
 mod ops;
 mod pipelines;
 mod recorder;
+mod tables;
 
 pub use context::{AdapterReport, GpuOptions, adapters, best_hardware};
-pub use pipelines::{ActQuant, Elementwise, Kernel, ShaderFeatures, WEIGHT_TYPES, preprocess};
+pub use pipelines::{
+    ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
+};
 
 use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
@@ -36,14 +39,34 @@ pub struct GpuBackend {
     rec: Recorder,
     /// A small buffer bound where a kernel's optional input is absent.
     dummy: Tensor,
-    /// Rounded activations for matmuls (`1 × capacity` F32), grown on first
-    /// use of a larger batch and reused.
-    acts: Option<Tensor>,
+    /// exact.wgsl's constants and tables (`1 × tables::LEN` F32).
+    tables: Tensor,
+    /// Rounded activations for matmuls, grown on first use of a larger
+    /// batch and reused.
+    acts: Acts,
     /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
     /// anything may have written that tensor.
     acts_of: Option<(u32, usize, usize, ActQuant)>,
-    /// Q8_1 block sums of `acts` (`1 × capacity / 32` F32).
-    acts_sum: Option<Tensor>,
+}
+
+/// A matmul's activations, rounded as ggml rounds them (`quantize.wgsl`).
+#[derive(Default)]
+struct Acts {
+    /// Values that fit: rounded values, or Q8 quants, as F32 or I32 words.
+    capacity: usize,
+    /// `1 × capacity` F32: Q8_K- or f16-rounded values.
+    vals: Option<Tensor>,
+    /// Q8 blocks: quants 4 per word (`1 × capacity / 4` I32), scales and
+    /// sums (`1 × capacity / 32` F32 each).
+    q8: Option<[Tensor; 3]>,
+}
+
+/// The input a matmul kernel reads.
+enum MatIn {
+    /// F32 values: the activations themselves or their rounding.
+    F32(Tensor),
+    /// Q8 blocks: quants, scales, sums.
+    Q8([Tensor; 3]),
 }
 
 impl GpuBackend {
@@ -52,16 +75,22 @@ impl GpuBackend {
         let ctx = Context::open(opts)?;
         let mut buffers = Buffers::default();
         let dummy = buffers.alloc(&ctx, "dummy", GgmlType::F32, 1, 4)?;
-        let rec = Recorder::new(&ctx);
+        let tables = buffers.alloc(&ctx, "exact tables", GgmlType::F32, 1, tables::LEN)?;
+        let mut rec = Recorder::new(&ctx);
+        rec.write(
+            &ctx,
+            &buffers.get(tables)?.buffer,
+            bytemuck::cast_slice(&tables::exact_tables()),
+        );
         Ok(Self {
             ctx,
             buffers,
             pipelines: PipelineCache::default(),
             rec,
             dummy,
-            acts: None,
+            tables,
+            acts: Acts::default(),
             acts_of: None,
-            acts_sum: None,
         })
     }
 
@@ -154,8 +183,8 @@ impl GpuBackend {
             kernel,
             Kernel::MatVec(_)
                 | Kernel::MatMul(_)
-                | Kernel::MatVecQ81(_)
-                | Kernel::MatMulQ81(_)
+                | Kernel::MatVecQ8(_)
+                | Kernel::MatMulQ8(_)
                 | Kernel::QuantizeActs(_)
         ) {
             // Any other op may write the tensor whose rounding is cached.
@@ -197,46 +226,68 @@ enum P {
 
 impl GpuBackend {
     /// `x` rounded as ggml rounds a matmul's activations for weights of
-    /// type `w`, or `x` itself; with Q8 rounding also the Q8_1 block sums.
-    /// Consecutive matmuls on the same input (Q, K, V; gate, up) share one
-    /// rounding.
-    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<(Tensor, Option<Tensor>)> {
+    /// type `w`, or `x` itself. Consecutive matmuls on the same input (Q, K,
+    /// V; gate, up) share one rounding.
+    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<MatIn> {
         let Some(q) = ActQuant::for_weight(w).filter(|_| self.ctx.quantize_activations) else {
-            return Ok((x, None));
+            return Ok(MatIn::F32(x));
         };
-        let n = x.n_elements();
-        let (acts, sums) = match (self.acts, self.acts_sum) {
-            (Some(a), Some(s)) if a.n_elements() >= n => (a, s),
-            _ => {
-                let a = self.alloc_tensor(GgmlType::F32, 1, n.max(1))?;
-                let s = self.alloc_tensor(GgmlType::F32, 1, n.div_ceil(32).max(1))?;
-                self.acts = Some(a);
-                self.acts_sum = Some(s);
-                self.acts_of = None;
-                (a, s)
-            }
+        let n = x.n_elements().max(32);
+        if self.acts.capacity < n {
+            self.acts = Acts {
+                capacity: n,
+                ..Acts::default()
+            };
+            self.acts_of = None;
+        }
+        let cap = self.acts.capacity;
+        let input = if q == ActQuant::Q8 {
+            let bufs = match self.acts.q8 {
+                Some(b) => b,
+                None => {
+                    let b = [
+                        self.alloc_tensor(GgmlType::I32, 1, cap / 4)?,
+                        self.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
+                        self.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
+                    ];
+                    self.acts.q8 = Some(b);
+                    b
+                }
+            };
+            let n = x.n_elements();
+            MatIn::Q8([
+                bufs[0].reshape(1, n / 4),
+                bufs[1].reshape(1, n / 32),
+                bufs[2].reshape(1, n / 32),
+            ])
+        } else {
+            let vals = match self.acts.vals {
+                Some(v) => v,
+                None => {
+                    let v = self.alloc_tensor(GgmlType::F32, 1, cap)?;
+                    self.acts.vals = Some(v);
+                    v
+                }
+            };
+            MatIn::F32(vals.reshape(x.rows, x.cols))
         };
-        let xq = acts.reshape(x.rows, x.cols);
-        let xs = sums.reshape(1, n / 32);
         if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
-            let threads = match q {
-                ActQuant::F16 => n.div_ceil(256),
-                _ => (n / q.block()).div_ceil(64),
+            let n = x.n_elements();
+            let (threads, bound) = match &input {
+                MatIn::Q8([xq, xd, xs]) => (n / 32, vec![x, *xq, *xd, *xs]),
+                MatIn::F32(v) if q == ActQuant::F16 => (n, vec![x, *v]),
+                MatIn::F32(v) => (n / 256, vec![x, *v]),
             };
-            let bound: &[Tensor] = if q == ActQuant::Q8 {
-                &[x, xq, xs]
-            } else {
-                &[x, xq]
-            };
+            let wg = if q == ActQuant::F16 { 256 } else { 64 };
             self.run(
                 Kernel::QuantizeActs(q),
                 params(&[P::U(n as u32)]),
-                bound,
-                threads as u64,
+                &bound,
+                threads.div_ceil(wg) as u64,
             )?;
             self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
-        Ok((xq, (q == ActQuant::Q8).then_some(xs)))
+        Ok(input)
     }
 
     /// Forgets the cached rounding if `out` is the tensor it came from.

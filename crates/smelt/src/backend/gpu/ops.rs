@@ -9,8 +9,10 @@ use crate::backend::{
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
-use super::pipelines::{Elementwise, Kernel, WEIGHT_TYPES};
-use super::{GpuBackend, P, params};
+use super::pipelines::{
+    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
+};
+use super::{GpuBackend, MatIn, P, params};
 
 /// Up to this many tokens a matmul runs as mat-vec (weights streamed once
 /// per token); above it, the tiled kernel.
@@ -81,10 +83,8 @@ impl GpuBackend {
 
 impl Backend for GpuBackend {
     fn name(&self) -> String {
-        format!(
-            "gpu ({}, {})",
-            self.ctx.report.name, self.ctx.report.backend
-        )
+        // As llama-bench names a device: the API, then the adapter.
+        format!("{} ({})", self.ctx.report.backend, self.ctx.report.name)
     }
 
     fn caps(&self) -> Caps {
@@ -201,6 +201,8 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
+        // ggml's theta_scale, with the CPU's powf.
+        let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
         self.run(
             Kernel::Rope(p.mode),
             params(&[
@@ -208,11 +210,17 @@ impl Backend for GpuBackend {
                 u(p.n_heads),
                 u(p.head_dim),
                 u(p.n_dims),
-                P::F(p.freq_base),
+                P::F(theta_scale),
                 P::F(p.freq_scale),
                 u(usize::from(p.freq_factors.is_some())),
             ]),
-            &[x, pos, out, p.freq_factors.unwrap_or(self.dummy)],
+            &[
+                x,
+                pos,
+                out,
+                p.freq_factors.unwrap_or(self.dummy),
+                self.tables,
+            ],
             (x.rows * p.n_heads * p.head_dim / 2).div_ceil(64) as u64,
         )
     }
@@ -222,38 +230,47 @@ impl Backend for GpuBackend {
         contract::matmul(w, x, out)?;
         let (m, k, n) = (w.rows, w.cols, x.rows);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
-        let (x, sums) = self.matmul_input(w.dtype, x)?;
+        let input = self.matmul_input(w.dtype, x)?;
         self.wrote(out);
-        // Q4_1 and Q5_1 on Q8-rounded activations take ggml's Q8_1 sums.
-        let sums = sums.filter(|_| matches!(w.dtype, GgmlType::Q4_1 | GgmlType::Q5_1));
-        let mut bound = vec![w, x, out];
-        bound.extend(sums);
-        if n <= MATVEC_MAX_TOKENS {
-            let blocks = m.div_ceil(4);
-            let kernel = if sums.is_some() {
-                Kernel::MatVecQ81(w.dtype)
-            } else {
-                Kernel::MatVec(w.dtype)
-            };
-            self.run(
-                kernel,
-                params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
-                &bound,
-                (blocks * n) as u64,
-            )
-        } else {
-            let tiles_m = m.div_ceil(64);
-            let kernel = if sums.is_some() {
-                Kernel::MatMulQ81(w.dtype)
-            } else {
-                Kernel::MatMul(w.dtype)
-            };
-            self.run(
-                kernel,
-                params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m)]),
-                &bound,
-                (tiles_m * n.div_ceil(64)) as u64,
-            )
+        match input {
+            MatIn::Q8([xq, xd, xs]) => {
+                // ggml's integer lanes: 16 rows per workgroup, TT tokens
+                // per invocation.
+                let (kernel, tokens) = if n <= MATVEC_MAX_TOKENS {
+                    (Kernel::MatVecQ8(w.dtype), MATVEC_Q8_TOKENS)
+                } else {
+                    (Kernel::MatMulQ8(w.dtype), MATMUL_Q8_TOKENS)
+                };
+                let groups = m.div_ceil(16);
+                let mut bound = vec![w, xq, xd, out];
+                if has_min(w.dtype) {
+                    bound.push(xs);
+                }
+                self.run(
+                    kernel,
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(groups)]),
+                    &bound,
+                    (groups * n.div_ceil(tokens)) as u64,
+                )
+            }
+            MatIn::F32(x) if n <= MATVEC_MAX_TOKENS => {
+                let blocks = m.div_ceil(4);
+                self.run(
+                    Kernel::MatVec(w.dtype),
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(blocks)]),
+                    &[w, x, out],
+                    (blocks * n) as u64,
+                )
+            }
+            MatIn::F32(x) => {
+                let tiles_m = m.div_ceil(64);
+                self.run(
+                    Kernel::MatMul(w.dtype),
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m)]),
+                    &[w, x, out],
+                    (tiles_m * n.div_ceil(64)) as u64,
+                )
+            }
         }
     }
 
@@ -312,11 +329,12 @@ impl Backend for GpuBackend {
                 u(p.head_dim),
                 u(p.ctx),
                 u(p.window.unwrap_or(0)),
-                P::F(p.scale),
+                // With a softcap ggml folds 1/cap into the scale.
+                P::F(p.softcap.map_or(p.scale, |cap| p.scale / cap)),
                 P::F(p.softcap.unwrap_or(0.0)),
                 u(k_cache.rows),
             ]),
-            &[q, k_cache, v_cache, pos, seq, out],
+            &[q, k_cache, v_cache, pos, seq, out, self.tables],
             groups as u64,
         )
     }

@@ -27,6 +27,8 @@ mod src {
     pub const SOFTMAX: &str = include_str!("kernels/softmax.wgsl");
     pub const COPY: &str = include_str!("kernels/copy.wgsl");
     pub const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
+    pub const EXACT: &str = include_str!("kernels/exact.wgsl");
+    pub const MATMUL_Q8: &str = include_str!("kernels/matmul_q8.wgsl");
 }
 
 /// Weight types the matmul and get_rows kernels decode.
@@ -53,11 +55,22 @@ pub enum Elementwise {
     GeluMul,
 }
 
+/// Weight types with ggml's integer-lane kernels on Q8-rounded activations
+/// (`matmul_q8.wgsl`).
+pub const Q8_WEIGHT_TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
+
 /// How a matmul's activations are rounded first, as ggml's `vec_dot_type`
 /// of the weight type does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ActQuant {
-    /// Q8_0 / Q8_1 blocks of 32 (legacy quants).
+    /// Q8_0 / Q8_1 blocks of 32 (legacy quants), kept as packed quants
+    /// with their scales and sums.
     Q8,
     /// Q8_K blocks of 256 (K-quants).
     Q8K,
@@ -91,14 +104,15 @@ impl ActQuant {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     GetRows(GgmlType),
-    /// One workgroup per (token, output row): decode.
+    /// One workgroup per (token, output row): decode, f32 activations.
     MatVec(GgmlType),
-    /// 64 × 64 output tiles: prefill.
+    /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
-    /// Q4_1 / Q5_1 on activations rounded as Q8_1: the blocks' minimum
-    /// multiplies the activations' stored block sums, as in ggml.
-    MatVecQ81(GgmlType),
-    MatMulQ81(GgmlType),
+    /// A legacy quant on Q8-rounded activations in ggml's arithmetic, a
+    /// quad of invocations per row carrying up to 4 tokens (decode) ...
+    MatVecQ8(GgmlType),
+    /// ... or 8 tokens per group of workgroups (prefill).
+    MatMulQ8(GgmlType),
     RmsNorm {
         weight: bool,
     },
@@ -131,6 +145,9 @@ pub struct ShaderFeatures {
     pub subgroups: bool,
     /// Native `f16` (WGSL `enable f16;`) for unpacking f16 words.
     pub shader_f16: bool,
+    /// `fma` rounds once (probed on the device: lavapipe's does not);
+    /// otherwise exact.wgsl emulates it.
+    pub fused_fma: bool,
 }
 
 /// How a kernel's storage binding is declared.
@@ -153,8 +170,8 @@ impl Kernel {
         for t in WEIGHT_TYPES {
             v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
         }
-        for t in [GgmlType::Q4_1, GgmlType::Q5_1] {
-            v.extend([Kernel::MatVecQ81(t), Kernel::MatMulQ81(t)]);
+        for t in Q8_WEIGHT_TYPES {
+            v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
         }
         v.extend([
             Kernel::RmsNorm { weight: false },
@@ -199,16 +216,18 @@ impl Kernel {
         use Access::{Read as R, ReadWrite as RW};
         match self {
             Kernel::GetRows(_) | Kernel::MatVec(_) | Kernel::MatMul(_) => &[R, RW, RW],
-            Kernel::MatVecQ81(_) | Kernel::MatMulQ81(_) => &[R, RW, RW, RW],
+            Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, RW, RW, RW, RW],
+            Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, RW, RW, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
-            Kernel::Rope(_) => &[RW, RW, RW, RW],
-            Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW],
+            // The last binding is the exact.wgsl tables.
+            Kernel::Rope(_) => &[RW, RW, RW, RW, R],
+            Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
             Kernel::SetRows(_) => &[RW, RW, RW],
-            Kernel::QuantizeActs(ActQuant::Q8) => &[RW, RW, RW],
+            Kernel::QuantizeActs(ActQuant::Q8) => &[RW, RW, RW, RW],
             Kernel::QuantizeActs(_) => &[RW, RW],
         }
     }
@@ -228,22 +247,23 @@ impl Kernel {
         if f.shader_f16 {
             def("SHADER_F16");
         }
+        if f.fused_fma {
+            def("FUSED_FMA");
+        }
         let mut parts = vec![src::COMMON];
         let mut wg = WG_ROW;
+        // Kernels that read the exact.wgsl tables bind them last.
+        let tables = |defines: &mut Vec<(&str, String)>| {
+            defines.push(("TABLES", String::new()));
+            defines.push(("TAB", self.bindings().len().to_string()));
+        };
         match self {
-            Kernel::GetRows(t)
-            | Kernel::MatVec(t)
-            | Kernel::MatMul(t)
-            | Kernel::MatVecQ81(t)
-            | Kernel::MatMulQ81(t) => {
+            Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
                 type_defines(t, &mut def);
-                if matches!(self, Kernel::MatVecQ81(_) | Kernel::MatMulQ81(_)) {
-                    def("MIN_SPLIT");
-                }
                 parts.push(src::QUANT);
                 match self {
                     Kernel::GetRows(_) => parts.push(src::GET_ROWS),
-                    Kernel::MatVec(_) | Kernel::MatVecQ81(_) => {
+                    Kernel::MatVec(_) => {
                         wg = WG_MATVEC;
                         def("REDUCE4");
                         parts.extend([src::REDUCE, src::MATVEC]);
@@ -251,24 +271,39 @@ impl Kernel {
                     _ => parts.push(src::MATMUL),
                 }
             }
+            Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) => {
+                type_defines(t, &mut def);
+                if has_min(t) {
+                    def("HAS_MIN");
+                }
+                let tokens = if matches!(self, Kernel::MatVecQ8(_)) {
+                    MATVEC_Q8_TOKENS
+                } else {
+                    MATMUL_Q8_TOKENS
+                };
+                defines.push(("TT", tokens.to_string()));
+                parts.extend([src::QUANT, src::EXACT, src::MATMUL_Q8]);
+            }
             Kernel::RmsNorm { weight } => {
                 if weight {
                     def("WEIGHT");
                 }
-                parts.extend([src::REDUCE, src::NORM]);
+                parts.extend([src::EXACT, src::NORM]);
             }
             Kernel::Rope(mode) => {
                 if mode == RopeMode::Neox {
                     def("NEOX");
                 }
-                parts.push(src::ROPE);
+                tables(&mut defines);
+                parts.extend([src::EXACT, src::ROPE]);
             }
             Kernel::Attention(kv) => {
                 if kv == GgmlType::F16 {
                     def("KV_F16");
                 }
                 wg = WG_ATTENTION;
-                parts.extend([src::REDUCE, src::ATTENTION]);
+                tables(&mut defines);
+                parts.extend([src::REDUCE, src::EXACT, src::ATTENTION]);
             }
             Kernel::AttentionRows { kv, head_dim } => {
                 if kv == GgmlType::F16 {
@@ -276,7 +311,8 @@ impl Kernel {
                 }
                 def("ROWS");
                 defines.push(("HD", head_dim.to_string()));
-                parts.push(src::ATTENTION);
+                tables(&mut defines);
+                parts.extend([src::EXACT, src::ATTENTION]);
             }
             Kernel::Elementwise(op) => {
                 def(match op {
@@ -286,7 +322,7 @@ impl Kernel {
                     Elementwise::SiluMul => "SILU_MUL",
                     Elementwise::GeluMul => "GELU_MUL",
                 });
-                parts.push(src::ELEMENTWISE);
+                parts.extend([src::EXACT, src::ELEMENTWISE]);
             }
             Kernel::Softmax | Kernel::Argmax => {
                 if self == Kernel::Argmax {
@@ -309,7 +345,7 @@ impl Kernel {
                     ActQuant::Q8K => "Q8_K",
                     ActQuant::F16 => "F16",
                 });
-                parts.push(src::QUANTIZE);
+                parts.extend([src::EXACT, src::QUANTIZE]);
             }
             Kernel::SetRows(dst) => {
                 def("SET_ROWS");
@@ -348,6 +384,16 @@ impl Kernel {
         }
         out
     }
+}
+
+/// Tokens one invocation of the Q8 kernels carries: mat-vec up to this
+/// many, prefill in groups of this many.
+pub const MATVEC_Q8_TOKENS: usize = 4;
+pub const MATMUL_Q8_TOKENS: usize = 8;
+
+/// Q4_1 and Q5_1: a block minimum, multiplied by the activations' sums.
+pub fn has_min(t: GgmlType) -> bool {
+    matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1)
 }
 
 fn type_defines(t: GgmlType, def: &mut impl FnMut(&'static str)) {

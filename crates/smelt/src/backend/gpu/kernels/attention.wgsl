@@ -1,9 +1,11 @@
 // Causal grouped-query attention over the KV cache, flash style: an online
 // softmax over the keys in position order (running max m and sum l, the
 // output rescaled by exp(m_old - m_new) when the max grows), so scores are
-// never stored whole. With an F16 cache it rounds as ggml's CPU flash
-// attention does, which llama.cpp's numbers follow: the query to f16, and
-// the value accumulator to f16 after every update (`rh`).
+// never stored whole. It computes what ggml's CPU flash attention computes
+// (as the fast CPU backend does, exact.wgsl says why): with an F16 cache the
+// query rounded to f16 and the value accumulator rounded to f16 after every
+// update (`rh`); q·k summed in ggml's order (`kdot`); libm's expf
+// (`exp_rn`); fused multiply-adds where ggml fuses.
 // One workgroup per (query row, head) for decode: invocation `lid` scores
 // key j0 + lid of each chunk of WG keys, then every invocation walks the
 // chunk's scores in order for its output dims lid, lid + WG, ...
@@ -16,8 +18,8 @@
 // head, so they read the same keys.
 //
 // Params: 0 n (query rows), 1 n_heads, 2 n_kv_heads, 3 head_dim, 4 ctx,
-// 5 window (0: none), 6 scale (f32), 7 softcap (f32, 0: none),
-// 8 cache rows.
+// 5 window (0: none), 6 scale (f32; over softcap when there is one),
+// 7 softcap (f32, 0: none), 8 cache rows.
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
 #ifdef KV_F16
@@ -55,8 +57,31 @@ fn rh4(v: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(rh(v.x), rh(v.y), rh(v.z), rh(v.w));
 }
 
+// A scaled score, capped as ggml caps it: cap · tanh(s · scale / cap).
+fn capped(s: f32) -> f32 {
+    let cap = pf(7);
+    let v = s * pf(6);
+    if (cap <= 0.0) {
+        return v;
+    }
+    let e = exp_rn(-2.0 * abs(v));
+    return cap * sign(v) * div_rn(1.0 - e, 1.0 + e);
+}
+
+// Sums 4 × 8 lane accumulators of q·k as ggml's AVX2 vec_dot_f16 does:
+// folded 0+2, 1+3, then together; lanes l + (l + 4); then (0+1) + (2+3).
+fn fold_dot(a: array<f32, 32>) -> f32 {
+    var v: array<f32, 8>;
+    for (var l = 0u; l < 8u; l++) {
+        v[l] = (a[l] + a[16u + l]) + (a[8u + l] + a[24u + l]);
+    }
+    return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
+}
+
 #ifdef ROWS
 const HD4: u32 = {{HD}}u / 4u;
+// Groups of 4 before the tail that is not a whole step of 32.
+const FULL4: u32 = ({{HD}}u / 32u) * 8u;
 
 // 4 cache values at element e (a multiple of 4).
 fn k4(e: u32) -> vec4<f32> {
@@ -97,8 +122,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (win > 0u && p + 1u > win) {
         start = p + 1u - win;
     }
-    let scale = pf(6);
-    let cap = pf(7);
     let qb = i * nh * hd + h * hd;
     var qv: array<vec4<f32>, HD4>;
     var acc: array<vec4<f32>, HD4>;
@@ -110,34 +133,48 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var l = 0.0;
     for (var j = start; j <= p; j++) {
         let kb = (row0 + j) * kv_stride + kvh * hd;
-        var s = 0.0;
-        for (var c = 0u; c < HD4; c++) {
-            s += dot(qv[c], k4(kb + 4u * c));
+        // q·k in ggml's order: lane e % 32 of each step of 32, then any
+        // tail in f64 (a float-float).
+        var a: array<f32, 32>;
+        for (var e = 0u; e < 32u; e++) {
+            a[e] = 0.0;
         }
-        s *= scale;
-        if (cap > 0.0) {
-            let u = clamp(s / cap, -15.0, 15.0);
-            let e = exp(2.0 * u);
-            s = cap * (e - 1.0) / (e + 1.0);
+        for (var c = 0u; c < FULL4; c++) {
+            let kk = k4(kb + 4u * c);
+            for (var e = 0u; e < 4u; e++) {
+                a[(4u * c + e) % 32u] = fmaf(qv[c][e], kk[e], a[(4u * c + e) % 32u]);
+            }
         }
+        var t = vec2<f32>(fold_dot(a), 0.0);
+        for (var c = FULL4; c < HD4; c++) {
+            let kk = k4(kb + 4u * c);
+            for (var e = 0u; e < 4u; e++) {
+                t = ff_add_f(t, opaque(qv[c][e] * kk[e]));
+            }
+        }
+        let s = capped(t.x);
         var ms = 1.0;
         var vs = 1.0;
         if (s > m) {
-            ms = exp(m - s);
+            ms = exp_rn(m - s);
             m = s;
             for (var c = 0u; c < HD4; c++) {
                 acc[c] = rh4(acc[c] * ms);
             }
         } else {
-            vs = exp(s - m);
+            vs = exp_rn(s - m);
         }
         for (var c = 0u; c < HD4; c++) {
-            acc[c] = rh4(fma(v4(kb + 4u * c), vec4<f32>(vs), acc[c]));
+            acc[c] = rh4(fmaf4(v4(kb + 4u * c), vec4<f32>(vs), acc[c]));
         }
-        l = l * ms + vs;
+        l = fmaf(l, ms, vs);
+    }
+    var inv = 0.0;
+    if (l != 0.0) {
+        inv = div_rn(1.0, l);
     }
     for (var c = 0u; c < HD4; c++) {
-        let o = acc[c] / l;
+        let o = acc[c] * inv;
         out[qb + 4u * c] = o.x;
         out[qb + 4u * c + 1u] = o.y;
         out[qb + 4u * c + 2u] = o.z;
@@ -150,20 +187,37 @@ var<workgroup> ps: array<f32, RED_WG>;  // (WG) this chunk's probabilities
 var<workgroup> w_pos: u32;
 var<workgroup> w_row0: u32;
 
-// q · k for the key head starting at element e of the cache.
+// q · k for the key head starting at element e of the cache, in ggml's
+// order (see the ROWS variant).
 fn kdot(e: u32, hd: u32) -> f32 {
-    var s = 0.0;
+    var a: array<f32, 32>;
+    for (var i = 0u; i < 32u; i++) {
+        a[i] = 0.0;
+    }
+    let full = hd - hd % 32u;
+    for (var o = 0u; o < full; o += 32u) {
 #ifdef KV_F16
-    for (var d = 0u; d < hd; d += 2u) {
-        let k2 = kv2(kc[(e + d) / 2u]);
-        s += qs[d] * k2.x + qs[d + 1u] * k2.y;
-    }
+        for (var i = 0u; i < 32u; i += 2u) {
+            let k2 = kv2(kc[(e + o + i) / 2u]);
+            a[i] = fmaf(qs[o + i], k2.x, a[i]);
+            a[i + 1u] = fmaf(qs[o + i + 1u], k2.y, a[i + 1u]);
+        }
 #else
-    for (var d = 0u; d < hd; d++) {
-        s += qs[d] * kc[e + d];
-    }
+        for (var i = 0u; i < 32u; i++) {
+            a[i] = fmaf(qs[o + i], kc[e + o + i], a[i]);
+        }
 #endif
-    return s;
+    }
+    var t = vec2<f32>(fold_dot(a), 0.0);
+    for (var d = full; d < hd; d++) {
+#ifdef KV_F16
+        let kd = kv2(kc[(e + d) / 2u])[d % 2u];
+#else
+        let kd = kc[e + d];
+#endif
+        t = ff_add_f(t, opaque(qs[d] * kd));
+    }
+    return t.x;
 }
 
 fn vval(e: u32) -> f32 {
@@ -206,8 +260,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (win > 0u && p + 1u > win) {
         start = p + 1u - win;
     }
-    let scale = pf(6);
-    let cap = pf(7);
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -215,12 +267,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let j = j0 + lid;
         var sc = NEG_BIG;
         if (j <= p) {
-            sc = kdot((row0 + j) * kv_stride + kvh * hd, hd) * scale;
-            if (cap > 0.0) {
-                let u = clamp(sc / cap, -15.0, 15.0);
-                let e = exp(2.0 * u);
-                sc = cap * (e - 1.0) / (e + 1.0);
-            }
+            sc = capped(kdot((row0 + j) * kv_stride + kvh * hd, hd));
         }
         ps[lid] = sc;
         workgroupBarrier();
@@ -232,26 +279,30 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             var ms = 1.0;
             var vs = 1.0;
             if (s > m) {
-                ms = exp(m - s);
+                ms = exp_rn(m - s);
                 m = s;
             } else {
-                vs = exp(s - m);
+                vs = exp_rn(s - m);
             }
             let vb = (row0 + j0 + jj) * kv_stride + kvh * hd;
             for (var c = 0u; c < 4u; c++) {
                 let d = lid + c * RED_WG;
                 if (d < hd) {
-                    acc[c] = rh(fma(vval(vb + d), vs, rh(acc[c] * ms)));
+                    acc[c] = rh(fmaf(vval(vb + d), vs, rh(acc[c] * ms)));
                 }
             }
-            l = l * ms + vs;
+            l = fmaf(l, ms, vs);
         }
         workgroupBarrier();
+    }
+    var inv = 0.0;
+    if (l != 0.0) {
+        inv = div_rn(1.0, l);
     }
     for (var c = 0u; c < 4u; c++) {
         let d = lid + c * RED_WG;
         if (d < hd) {
-            out[qb + d] = acc[c] / l;
+            out[qb + d] = acc[c] * inv;
         }
     }
 }

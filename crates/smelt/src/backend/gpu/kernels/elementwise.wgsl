@@ -1,7 +1,8 @@
 // Elementwise ops, one define each: ADD (out = a + b), MUL (a * b), SCALE
 // (a * s), SILU_MUL (silu(a) * b), GELU_MUL (gelu_tanh(a) * b). For ADD and
 // MUL, b may be a single row broadcast over a's rows. out may be a: every
-// binding is read_write so the same buffer can be bound twice.
+// binding is read_write so the same buffer can be bound twice. SiLU and
+// GELU are the fast CPU backend's, bit for bit (exact.wgsl).
 //
 // Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32).
 
@@ -23,14 +24,10 @@ fn op(i: u32) -> f32 {
     return x * pf(2);
 #endif
 #ifdef SILU_MUL
-    return x / (1.0 + exp(-x)) * b[i];
+    return cpu_silu(x) * b[i];
 #endif
 #ifdef GELU_MUL
-    // tanh form, as ggml's gelu; tanh written with exp of a clamped
-    // argument because some drivers' tanh overflows to NaN for large |u|.
-    let u = clamp(0.7978845608 * (x + 0.044715 * x * x * x), -15.0, 15.0);
-    let e = exp(2.0 * u);
-    return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0)) * b[i];
+    return cpu_gelu(x) * b[i];
 #endif
 }
 

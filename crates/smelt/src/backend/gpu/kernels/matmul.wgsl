@@ -11,12 +11,6 @@
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
-#ifdef MIN_SPLIT
-@group(0) @binding(4) var<storage, read_write> xsum: array<f32>;  // (n, k / 32) Q8_1 block sums
-
-var<workgroup> wmin: array<vec4<f32>, 16>;  // (TM / 4) this step's block minimum per row
-var<workgroup> xsm: array<vec4<f32>, 16>;   // (TN / 4) this step's block sum per token
-#endif
 
 const TM: u32 = 64u;
 const TN: u32 = 64u;
@@ -74,22 +68,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             }
 #endif
             rows[i] = v;
-#ifdef MIN_SPLIT
-            // TK is one block: the step's minimum of row 4q + i.
-            if (kg == 0u) {
-                var mn = 0.0;
-                if (r < m) {
-                    mn = dq_min;
-                }
-                wmin[q][i] = mn;
-                let t = t0 + 4u * q + i;
-                var sm = 0.0;
-                if (t < n) {
-                    sm = xsum[t * (k / 32u) + k0 / 32u];
-                }
-                xsm[q][i] = sm;
-            }
-#endif
         }
         for (var e = 0u; e < 8u; e++) {
             ws[(8u * kg + e) * 16u + q] = vec4<f32>(
@@ -133,28 +111,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             acc[14] += a0 * b1.w;
             acc[15] += a1 * b1.w;
         }
-#ifdef MIN_SPLIT
-        let n0 = xsm[2u * tx];
-        let n1 = xsm[2u * tx + 1u];
-        let mn0 = wmin[2u * ty];
-        let mn1 = wmin[2u * ty + 1u];
-        acc[0] += mn0 * n0.x;
-        acc[1] += mn1 * n0.x;
-        acc[2] += mn0 * n0.y;
-        acc[3] += mn1 * n0.y;
-        acc[4] += mn0 * n0.z;
-        acc[5] += mn1 * n0.z;
-        acc[6] += mn0 * n0.w;
-        acc[7] += mn1 * n0.w;
-        acc[8] += mn0 * n1.x;
-        acc[9] += mn1 * n1.x;
-        acc[10] += mn0 * n1.y;
-        acc[11] += mn1 * n1.y;
-        acc[12] += mn0 * n1.z;
-        acc[13] += mn1 * n1.z;
-        acc[14] += mn0 * n1.w;
-        acc[15] += mn1 * n1.w;
-#endif
         workgroupBarrier();
     }
     for (var j = 0u; j < 8u; j++) {

@@ -10,9 +10,6 @@
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
-#ifdef MIN_SPLIT
-@group(0) @binding(4) var<storage, read_write> xsum: array<f32>;  // (n, k / 32) Q8_1 block sums
-#endif
 
 const NR: u32 = 4u;
 
@@ -46,12 +43,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         for (var r = 0u; r < NR; r++) {
             let v = dq8(rb[r], i);
             acc[r] += dot(v.a, xa) + dot(v.b, xc);
-#ifdef MIN_SPLIT
-            // Once per 32-value block: its minimum times the block sum.
-            if (i % 4u == 0u) {
-                acc[r] += dq_min * xsum[t * (k / 32u) + i / 4u];
-            }
-#endif
         }
     }
 #ifdef PLAIN

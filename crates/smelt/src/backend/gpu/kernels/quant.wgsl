@@ -135,22 +135,13 @@ fn dq8(rb: u32, i: u32) -> V8 {
 }
 #endif
 
-// With MIN_SPLIT (activations rounded as Q8_1), Q4_1 and Q5_1 return q * d
-// only and leave the block's minimum in dq_min: the kernel multiplies it by
-// the activations' stored block sum, as ggml does.
-var<private> dq_min: f32;
-
 // Q4_1: { d: f16, m: f16, qs: [u8; 16] }; value = q * d + m.
 #ifdef TYPE_Q4_1
 fn dq8(rb: u32, i: u32) -> V8 {
     let bo = rb + (i / 4u) * 20u;
     let j = (i % 4u) * 8u;
     let d = rdf16(bo);
-    var m = rdf16(bo + 2u);
-#ifdef MIN_SPLIT
-    dq_min = m;
-    m = 0.0;
-#endif
+    let m = rdf16(bo + 2u);
     let q0 = rd32(bo + 4u + j % 16u);
     let q1 = rd32(bo + 8u + j % 16u);
     if (j < 16u) {
@@ -189,11 +180,7 @@ fn dq8(rb: u32, i: u32) -> V8 {
     let bo = rb + (i / 4u) * 24u;
     let j = (i % 4u) * 8u;
     let d = rdf16(bo);
-    var m = rdf16(bo + 2u);
-#ifdef MIN_SPLIT
-    dq_min = m;
-    m = 0.0;
-#endif
+    let m = rdf16(bo + 2u);
     let qh = rd32(bo + 4u);
     let q0 = rd32(bo + 8u + j % 16u);
     let q1 = rd32(bo + 12u + j % 16u);

@@ -1,50 +1,89 @@
 // Activation quantization before a matmul, as ggml does: ggml multiplies a
 // Q4_0/Q5_0/Q8_0 weight by activations quantized to Q8_0, Q4_1/Q5_1 by
 // Q8_1, the K-quants by Q8_K and F16 by F16. Matching its rounding matters
-// where llama.cpp's greedy choice is decided by a small margin. The output
-// holds the dequantized values (q * d), so the matmul kernels read f32 as
-// usual.
+// where llama.cpp's greedy choice is decided by a small margin.
 //
-// Defines: Q8 (blocks of 32: d = amax / 127 stored as f16, q = round(x / d)),
-// Q8_K (blocks of 256: iscale = -127 / the value of largest magnitude,
-// q = min(127, round(iscale * x)), d = 1 / iscale), F16 (x rounded to f16).
+// Defines:
+// - Q8 (blocks of 32, ggml's quantize_row_q8_1 bit for bit: d = amax / 127,
+//   q = round_ties_even(x · (127 / amax)), d stored as f16, s = f16(d · Σq)):
+//   the quants packed 4 per word for the integer dot products of
+//   matmul_q8.wgsl, with d and s beside them;
+// - Q8_K (blocks of 256: iscale = -127 / the value of largest magnitude,
+//   q = min(127, round(iscale * x)), d = 1 / iscale) and F16 (x rounded to
+//   f16): the rounded values q · d as f32, for the float kernels.
 //
 // Params: 0 n (values; a whole number of blocks for Q8 and Q8_K).
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
-@group(0) @binding(2) var<storage, read_write> xq: array<f32>;    // (rows, cols)
 #ifdef Q8
-// Q8_1's s = f16(d * sum(q)) per block: Q4_1 and Q5_1 multiply their
-// minimum by it, rounded as stored.
-@group(0) @binding(3) var<storage, read_write> xs: array<f32>;    // (rows * cols / 32)
+@group(0) @binding(2) var<storage, read_write> xq: array<u32>;    // (rows, cols / 4) quants, 4 per word
+@group(0) @binding(3) var<storage, read_write> xd: array<f32>;    // (rows, cols / 32) f16(d), widened
+@group(0) @binding(4) var<storage, read_write> xs: array<f32>;    // (rows, cols / 32) f16(d · Σq), widened
+#else
+@group(0) @binding(2) var<storage, read_write> xq: array<f32>;    // (rows, cols)
 #endif
+
+fn f16_round(v: f32) -> f32 {
+    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
+}
 
 #ifdef F16
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
     if (i < pu(0)) {
-        xq[i] = unpack2x16float(pack2x16float(vec2<f32>(x[i], 0.0))).x;
+        xq[i] = f16_round(x[i]);
     }
 }
-#else
-#ifdef Q8_K
-const QB: u32 = 256u;
-#else
-const QB: u32 = 32u;
 #endif
 
-// One invocation per block.
+#ifdef Q8
+// One invocation per block of 32.
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let b = gid.x + gid.y * nwg.x * 64u;
-    if (b >= pu(0) / QB) {
+    if (b >= pu(0) / 32u) {
         return;
     }
-    let o = b * QB;
+    let o = b * 32u;
+    var amax = 0.0;
+    for (var i = 0u; i < 32u; i++) {
+        amax = max(amax, abs(x[o + i]));
+    }
+    let d = div_rn(amax, 127.0);
+    var id = 0.0;
+    if (amax != 0.0) {
+        id = div_rn(127.0, amax);
+    }
+    var sum = 0;
+    for (var w = 0u; w < 8u; w++) {
+        var word = 0u;
+        for (var e = 0u; e < 4u; e++) {
+            // |x · id| <= 127: the product is rounded, then rounded to an
+            // integer, ties to even, as _mm256_round_ps does.
+            let q = i32(round(x[o + 4u * w + e] * id));
+            sum += q;
+            word |= (bitcast<u32>(q) & 0xffu) << (8u * e);
+        }
+        xq[8u * b + w] = word;
+    }
+    xd[b] = f16_round(d);
+    xs[b] = f16_round(d * f32(sum));
+}
+#endif
+
+#ifdef Q8_K
+// One invocation per block of 256.
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let b = gid.x + gid.y * nwg.x * 64u;
+    if (b >= pu(0) / 256u) {
+        return;
+    }
+    let o = b * 256u;
     var amax = 0.0;
     var vmax = 0.0;
-    for (var i = 0u; i < QB; i++) {
+    for (var i = 0u; i < 256u; i++) {
         let a = abs(x[o + i]);
         if (a > amax) {
             amax = a;
@@ -52,33 +91,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     if (amax == 0.0) {
-        for (var i = 0u; i < QB; i++) {
+        for (var i = 0u; i < 256u; i++) {
             xq[o + i] = 0.0;
         }
-#ifdef Q8
-        xs[b] = 0.0;
-#endif
         return;
     }
-#ifdef Q8_K
     let iscale = -127.0 / vmax;
     let d = 1.0 / iscale;
-    for (var i = 0u; i < QB; i++) {
+    for (var i = 0u; i < 256u; i++) {
         xq[o + i] = min(127.0, round(iscale * x[o + i])) * d;
     }
-#else
-    // As ggml's AVX2 quantize_row_q8_0: id = 127 / amax, ties to even.
-    let d = amax / 127.0;
-    let id = 127.0 / amax;
-    // The dot product uses d as stored in the block: an f16.
-    let dh = unpack2x16float(pack2x16float(vec2<f32>(d, 0.0))).x;
-    var sum = 0.0;
-    for (var i = 0u; i < QB; i++) {
-        let q = round(x[o + i] * id);
-        sum += q;
-        xq[o + i] = q * dh;
-    }
-    xs[b] = unpack2x16float(pack2x16float(vec2<f32>(d * sum, 0.0))).x;
-#endif
 }
 #endif

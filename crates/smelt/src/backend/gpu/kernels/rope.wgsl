@@ -1,9 +1,15 @@
-// RoPE: rotates pairs of each head by pos · freq_scale · base^(-2i/n_dims)
-// (divided by freq_factors[i] when given). Normal mode pairs (2i, 2i+1);
-// the NEOX define pairs (i, i + n_dims/2). Values past n_dims pass through.
-// One invocation per pair; x and out may be the same buffer.
+// RoPE: rotates pairs of each head by the angle of pair i at position p,
+// pos · freq_scale · base^(-2i/n_dims) (divided by freq_factors[i] when
+// given). Normal mode pairs (2i, 2i+1); the NEOX define pairs
+// (i, i + n_dims/2). Values past n_dims pass through. One invocation per
+// pair; x and out may be the same buffer.
 //
-// Params: 0 rows, 1 n_heads, 2 head_dim, 3 n_dims, 4 freq_base (f32),
+// As ggml: theta_scale = base^(-2/n_dims) (computed by the host with
+// powf), theta = p · theta_scale^i by repeated f32 multiplication, angle
+// = freq_scale · theta (/ factor), libm's cosf/sinf (sincos_rn), and
+// x0·cos − x1·sin, x0·sin + x1·cos fused as a C compiler contracts them.
+//
+// Params: 0 rows, 1 n_heads, 2 head_dim, 3 n_dims, 4 theta_scale (f32),
 // 5 freq_scale (f32), 6 has freq_factors.
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, n_heads * head_dim)
@@ -42,14 +48,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i0 = base + 2u * p;
     let i1 = i0 + 1u;
 #endif
-    var theta = f32(pos[row]) * pf(5) * pow(pf(4), -2.0 * f32(p) / f32(n_dims));
-    if (pu(6) != 0u) {
-        theta /= ff[p];
+    var theta = f32(pos[row]);
+    for (var i = 0u; i < p; i++) {
+        theta = opaque(theta * pf(4));
     }
-    let c = cos(theta);
-    let s = sin(theta);
+    if (pu(6) != 0u) {
+        theta = div_rn(theta, ff[p]);
+    }
+    let sc = sincos_rn(pf(5) * theta);
     let x0 = x[i0];
     let x1 = x[i1];
-    out[i0] = x0 * c - x1 * s;
-    out[i1] = x0 * s + x1 * c;
+    out[i0] = fmaf(x0, sc.y, -(x1 * sc.x));
+    out[i1] = fmaf(x0, sc.x, x1 * sc.y);
 }

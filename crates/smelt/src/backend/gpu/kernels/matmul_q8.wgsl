@@ -1,0 +1,156 @@
+// Legacy quants (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) times Q8-rounded activations
+// (quantize.wgsl), out[t, r] = dot(w[r], x[t]), in ggml's arithmetic bit for
+// bit (see exact.wgsl for why): per 32-value block, 8 integer lanes, lane l
+// summing the products of values 4l..4l+3 (what AVX2's maddubs/madd pair
+// gives; here one dot4I8Packed); per lane an f32 chain
+// acc[l] = fmaf(d_w · d_x, lane, acc[l]) over the blocks in order; then
+// ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), plus,
+// for Q4_1 and Q5_1, the chain min = fmaf(m_w, s_x, min) over the blocks.
+//
+// Each lane's chain is sequential in k, so k is never split: a quad of 4
+// invocations owns a weight row, invocation j the lanes j and j + 4 (one
+// qs word of a Q4 block holds both), and each invocation carries TT tokens
+// so that a weight word is read once for all of them. A workgroup is 16
+// rows; workgroups tile rows × groups of TT tokens. The quad meets in two
+// xor-shuffles (or workgroup memory).
+//
+// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 16)).
+
+@group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
+@group(0) @binding(2) var<storage, read_write> xq: array<u32>;    // (n, k / 4) quants, 4 per word
+@group(0) @binding(3) var<storage, read_write> xd: array<f32>;    // (n, k / 32) scales
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;   // (n, m)
+#ifdef HAS_MIN
+@group(0) @binding(5) var<storage, read_write> xs: array<f32>;    // (n, k / 32) f16(d · Σq)
+#endif
+
+const TT: u32 = {{TT}}u;
+const ROWS: u32 = 16u;
+
+// The 4-bit fields of w spread to the low nibbles of its bytes: values
+// 4j..4j+3 of a Q4 block are the low nibbles of qs word j, values
+// 16 + 4j.. the high ones.
+fn nibbles(w: u32, hi: u32) -> u32 {
+    return (w >> (4u * hi)) & 0x0f0f0f0fu;
+}
+
+// Bits 4j..4j+3 of qh as bit 4 of each byte (Q5's fifth bits).
+fn fifth_bits(qh: u32, j: u32) -> u32 {
+    let h = (qh >> j) & 0xfu;
+    return ((h & 1u) | ((h & 2u) << 7u) | ((h & 4u) << 14u) | ((h & 8u) << 21u)) << 4u;
+}
+
+// Per type: BLOCK bytes; the block's scale (and minimum); and the packed
+// signed bytes of lanes j and j + 4 of the block at byte bo.
+#ifdef TYPE_Q4_0
+const BLOCK: u32 = 18u;
+fn lanes(bo: u32, j: u32) -> vec2<u32> {
+    let w = rd32(bo + 2u + 4u * j);
+    // q - 8 as a signed byte: flip bit 3, then extend it.
+    let lo = nibbles(w, 0u) ^ 0x08080808u;
+    let hi = nibbles(w, 1u) ^ 0x08080808u;
+    return vec2<u32>(lo | ((lo & 0x08080808u) * 0x1eu), hi | ((hi & 0x08080808u) * 0x1eu));
+}
+#endif
+#ifdef TYPE_Q4_1
+const BLOCK: u32 = 20u;
+fn lanes(bo: u32, j: u32) -> vec2<u32> {
+    let w = rd32(bo + 4u + 4u * j);
+    return vec2<u32>(nibbles(w, 0u), nibbles(w, 1u));
+}
+#endif
+#ifdef TYPE_Q5_0
+const BLOCK: u32 = 22u;
+fn lanes(bo: u32, j: u32) -> vec2<u32> {
+    let qh = rd32(bo + 2u);
+    let w = rd32(bo + 6u + 4u * j);
+    // q - 16 as a signed byte: flip bit 4, then extend it.
+    let lo = (nibbles(w, 0u) | fifth_bits(qh, 4u * j)) ^ 0x10101010u;
+    let hi = (nibbles(w, 1u) | fifth_bits(qh, 16u + 4u * j)) ^ 0x10101010u;
+    return vec2<u32>(lo | ((lo & 0x10101010u) * 0x0eu), hi | ((hi & 0x10101010u) * 0x0eu));
+}
+#endif
+#ifdef TYPE_Q5_1
+const BLOCK: u32 = 24u;
+fn lanes(bo: u32, j: u32) -> vec2<u32> {
+    let qh = rd32(bo + 4u);
+    let w = rd32(bo + 8u + 4u * j);
+    return vec2<u32>(nibbles(w, 0u) | fifth_bits(qh, 4u * j), nibbles(w, 1u) | fifth_bits(qh, 16u + 4u * j));
+}
+#endif
+#ifdef TYPE_Q8_0
+const BLOCK: u32 = 34u;
+fn lanes(bo: u32, j: u32) -> vec2<u32> {
+    return vec2<u32>(rd32(bo + 2u + 4u * j), rd32(bo + 18u + 4u * j));
+}
+#endif
+
+#ifndef SUBGROUPS
+var<workgroup> quad: array<f32, 64>;
+#endif
+
+// ((a0 + a2) + (a1 + a3)) over the quad, valid in its invocation 0. Every
+// invocation must call it.
+fn quad_sum(a: f32, lid: u32) -> f32 {
+#ifdef SUBGROUPS
+    let b = a + subgroupShuffleXor(a, 2u);
+    return b + subgroupShuffleXor(b, 1u);
+#else
+    workgroupBarrier();
+    quad[lid] = a;
+    workgroupBarrier();
+    let q = lid & ~3u;
+    return (quad[q] + quad[q + 2u]) + (quad[q + 1u] + quad[q + 3u]);
+#endif
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg);
+    let m = pu(0);
+    let k = pu(1);
+    let n = pu(2);
+    let groups = pu(4);
+    let t0 = (g / groups) * TT;
+    // Whole workgroups leave together (before any barrier); rows past m
+    // compute row m - 1 and store nothing.
+    if (t0 >= n) {
+        return;
+    }
+    let row = (g % groups) * ROWS + lid / 4u;
+    let j = lid % 4u;
+    let rb = min(row, m - 1u) * pu(3);
+    let nb = k / 32u;
+    let nt = min(TT, n - t0);
+    var acc_lo: array<f32, TT>;
+    var acc_hi: array<f32, TT>;
+    var mins: array<f32, TT>;
+    for (var t = 0u; t < TT; t++) {
+        acc_lo[t] = 0.0;
+        acc_hi[t] = 0.0;
+        mins[t] = 0.0;
+    }
+    for (var b = 0u; b < nb; b++) {
+        let bo = rb + b * BLOCK;
+        let w = lanes(bo, j);
+        let dw = rdf16(bo);
+#ifdef HAS_MIN
+        let mw = rdf16(bo + 2u);
+#endif
+        for (var t = 0u; t < nt; t++) {
+            let xt = (t0 + t) * nb + b;
+            let d = dw * xd[xt];
+            acc_lo[t] = fmaf(d, f32(dot4I8Packed(w.x, xq[8u * xt + j])), acc_lo[t]);
+            acc_hi[t] = fmaf(d, f32(dot4I8Packed(w.y, xq[8u * xt + j + 4u])), acc_hi[t]);
+#ifdef HAS_MIN
+            mins[t] = fmaf(mw, xs[xt], mins[t]);
+#endif
+        }
+    }
+    for (var t = 0u; t < nt; t++) {
+        let s = quad_sum(acc_lo[t] + acc_hi[t], lid);
+        if (j == 0u && row < m) {
+            out[(t0 + t) * m + row] = s + mins[t];
+        }
+    }
+}
