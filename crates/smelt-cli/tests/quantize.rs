@@ -62,7 +62,9 @@ fn smollm2_to_q4_0() {
     let src = common::model(common::SMOLLM2);
     let out = dir.path("q4_0.gguf");
     quantize_ok(&src, &out, "q4_0", &["--threads", "3"]);
-    check(&src, &out, "Q4_0", "Q4_0");
+    // As llama-quantize: the tied output would be Q6_K, but its rows of 576
+    // are not whole 256-value super-blocks, so it falls back to Q8_0.
+    check(&src, &out, "Q4_0", "Q8_0");
 }
 
 /// A small synthetic model: 2-D weights, an F16 norm, an I32 tensor and a

@@ -1,15 +1,18 @@
 //! The server's error cases over raw HTTP: OpenAI's JSON error shape with
 //! the right status for bad JSON and parameters (400), keys (401), prompts
 //! longer than the context (400), unknown routes (404), oversized bodies
-//! (413) and a full wait queue (503); plus a clean exit on SIGTERM.
+//! (413) and a full wait queue (503); disconnects that free their slots;
+//! loopback unless told otherwise; and a clean exit on SIGINT and SIGTERM,
+//! even with a stream running.
 
 mod serve_support;
 
 use std::io::Read;
+use std::net::{IpAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use serve_support::{Server, connect, http, post_json};
+use serve_support::{Server, connect, http, post_json, sse_data};
 
 /// Asserts OpenAI's error shape and returns the message.
 fn error_of(status: u16, r: &serve_support::Response) -> String {
@@ -167,4 +170,74 @@ fn full_queue_is_503_and_disconnects_free_slots() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(server.terminate().success());
+}
+
+/// Without `--host` the server listens on loopback only: it says so, and
+/// the machine's other address (if it has one) refuses the connection.
+#[test]
+fn binds_loopback_unless_told_otherwise() {
+    let server = Server::start_with(&["--port", "0", "--parallel", "1", "--ctx", "64"]);
+    assert_eq!(server.addr.ip(), IpAddr::from([127, 0, 0, 1]));
+    assert_eq!(http(server.addr, "GET", "/health", &[], b"").status, 200);
+    // The address outgoing traffic would use; connecting a UDP socket
+    // sends nothing. A machine without a route has none to try.
+    let outward = UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("192.0.2.1:9").map(|()| u))
+        .and_then(|u| u.local_addr())
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    if let Some(ip) = outward {
+        let there = (ip, server.addr.port()).into();
+        assert!(
+            TcpStream::connect_timeout(&there, Duration::from_secs(2)).is_err(),
+            "the server answers on {there}"
+        );
+    }
+    assert!(server.terminate().success());
+}
+
+/// SIGINT and SIGTERM while a stream runs: the stream ends with an error
+/// event and `data: [DONE]`, new connections are refused, and the process
+/// exits with success.
+#[test]
+fn sigint_and_sigterm_end_running_streams_and_exit_cleanly() {
+    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+        let mut server = Server::start(&["--parallel", "1", "--ctx", "1024"]);
+        let a = server.addr;
+        // SmolLM2 counts on for hundreds of tokens: this runs until stopped.
+        let body = json!({"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 900,
+            "temperature": 0, "stream": true});
+        let mut s = connect(
+            a,
+            "POST",
+            "/v1/completions",
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        let mut raw = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&raw).contains("\"text\":\"") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "{name}: the stream ended before any text");
+            raw.extend_from_slice(&buf[..n]);
+        }
+        server.signal(signal);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.read_to_end(&mut raw)
+            .unwrap_or_else(|e| panic!("{name}: the stream did not end: {e}"));
+        let data = sse_data(&serve_support::parse(&raw).body);
+        assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{name}");
+        let last: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
+        let msg = last["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("shutting down"), "{name}: {last}");
+        // Far fewer than 900 tokens came: the generation was cut short.
+        assert!(data.len() < 300, "{name}: {} events", data.len());
+        assert!(
+            TcpStream::connect_timeout(&a, Duration::from_secs(2)).is_err(),
+            "{name}: still accepting connections"
+        );
+        let status = server.wait_exit();
+        assert!(status.success(), "{name}: exit status {status}");
+    }
 }

@@ -4,8 +4,8 @@
 //! prompt gets alone; clients that leave mid-stream, among the load and
 //! all at once, must free their slots (`tests/serve/load.py`).
 //!
-//! Bounded: 8 tokens per answer, and the clients get 240 s (about 25 s on
-//! a loaded 2-core machine) before the run counts as failed.
+//! Bounded: 8 tokens per answer, and the clients get 240 s before the run
+//! counts as failed (it takes 30–55 s on the shared 2-core machine).
 
 mod serve_support;
 

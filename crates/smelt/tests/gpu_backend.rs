@@ -156,4 +156,16 @@ fn backend_selection_follows_the_flags() {
     // auto never picks a software adapter.
     let auto = select(BackendKind::Auto, None, Some(1)).unwrap();
     assert_eq!(auto.caps().is_gpu, best_hardware().is_some());
+
+    // The library's names for the same choices.
+    let auto = <dyn Backend>::auto(Some(1)).unwrap();
+    assert_eq!(auto.caps().is_gpu, best_hardware().is_some());
+    assert!(
+        <dyn Backend>::gpu(&GpuOptions::default())
+            .unwrap()
+            .caps()
+            .is_gpu
+    );
+    assert!(!<dyn Backend>::cpu(Some(1)).unwrap().caps().is_gpu);
+    assert!(<dyn Backend>::cpu(Some(0)).is_err(), "0 threads");
 }

@@ -3,8 +3,9 @@
 //!
 //! - Weights (tensors of two or more dimensions named `*.weight`, less the
 //!   small ones llama-quantize leaves alone) become TYPE; the output tensor
-//!   becomes `--output-type` if given (`output.weight`, or
-//!   `token_embd.weight` when the output is tied to the embeddings).
+//!   (`output.weight`, or `token_embd.weight` when the output is tied to
+//!   the embeddings) becomes `--output-type`, or by default what
+//!   llama-quantize makes it (see [`default_output_type`]).
 //! - 1-D tensors (norms, biases) become F32; anything else is copied.
 //! - A tensor already of its target type is copied byte for byte.
 //! - Metadata is copied in order, with `general.file_type` set to
@@ -75,6 +76,25 @@ fn parse_weight_type(s: &str) -> Result<GgmlType, String> {
     Ok(t)
 }
 
+/// The output tensor's type when none is asked for, as llama-quantize
+/// chooses it (`llama_tensor_get_type`): Q6_K for the 4- and 5-bit types, or
+/// Q8_0 when the rows are not whole 256-value super-blocks (SmolLM2's 576)
+/// or smelt cannot write Q6_K; the weights' own type otherwise (Q8_0 and
+/// the float types).
+fn default_output_type(weights: GgmlType, row_len: usize) -> GgmlType {
+    use GgmlType::*;
+    match weights {
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
+            if quant::can_quantize(Q6_K) && row_len.is_multiple_of(Q6_K.block_size()) {
+                Q6_K
+            } else {
+                Q8_0
+            }
+        }
+        t => t,
+    }
+}
+
 /// What happens to one tensor.
 #[derive(Clone, Copy, PartialEq)]
 enum Plan {
@@ -86,7 +106,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
     let file = GgufFile::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
-    let output_type = args.output_type.unwrap_or(args.r#type);
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -98,6 +117,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "token_embd.weight"
     };
 
+    let output_type = match (args.output_type, file.tensor_info(output_name)) {
+        (Some(t), _) => t,
+        (None, Some(info)) => default_output_type(args.r#type, info.row_len() as usize),
+        (None, None) => args.r#type,
+    };
     let mut plans = Vec::with_capacity(file.tensors.len());
     for info in &file.tensors {
         let target = if info.name == output_name {

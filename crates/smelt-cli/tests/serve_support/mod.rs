@@ -44,15 +44,21 @@ pub struct Server {
 }
 
 impl Server {
-    /// `smelt serve -m SmolLM2 --port 0 EXTRA...`.
+    /// `smelt serve -m SmolLM2 --host 127.0.0.1 --port 0 EXTRA...`.
     pub fn start(extra: &[&str]) -> Server {
+        let mut args = vec!["--host", "127.0.0.1", "--port", "0"];
+        args.extend_from_slice(extra);
+        Server::start_with(&args)
+    }
+
+    /// `smelt serve -m SmolLM2 ARGS...`: nothing added but the model.
+    pub fn start_with(args: &[&str]) -> Server {
         let model = model(SMOLLM2);
         let mut child = Command::new(env!("CARGO_BIN_EXE_smelt"))
             .arg("serve")
             .arg("-m")
             .arg(&model)
-            .args(["--host", "127.0.0.1", "--port", "0"])
-            .args(extra)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -95,17 +101,27 @@ impl Server {
 
     /// Sends SIGTERM and waits (bounded) for a clean exit.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        // SAFETY: the pid is our child's, still unreaped (we hold `child`).
+        self.signal(libc::SIGTERM);
+        self.wait_exit()
+    }
+
+    pub fn signal(&mut self, signal: libc::c_int) {
+        // SAFETY: the pid is our child's, still unreaped (we hold `child`),
+        // so it names no other process.
         unsafe {
-            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+            libc::kill(self.child.id() as libc::pid_t, signal);
         }
+    }
+
+    /// Waits up to 10 s for the server to exit.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
         for _ in 0..200 {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("smelt serve did not exit within 10 s of SIGTERM");
+        panic!("smelt serve did not exit within 10 s");
     }
 }
 

@@ -65,6 +65,26 @@ fn auto_with(threads: Option<usize>, base: &GpuOptions) -> Result<Box<dyn Backen
     }
 }
 
+/// The same choices on the trait object, for library users:
+/// `<dyn Backend>::auto(None)`, `<dyn Backend>::gpu(&GpuOptions::default())`,
+/// `<dyn Backend>::cpu(Some(4))`.
+impl dyn Backend {
+    /// See [`auto`].
+    pub fn auto(threads: Option<usize>) -> Result<Box<dyn Backend>> {
+        auto(threads)
+    }
+
+    /// See [`gpu`].
+    pub fn gpu(opts: &GpuOptions) -> Result<Box<dyn Backend>> {
+        gpu(opts)
+    }
+
+    /// See [`cpu`].
+    pub fn cpu(threads: Option<usize>) -> Result<Box<dyn Backend>> {
+        cpu(threads)
+    }
+}
+
 /// A GPU backend, or an error saying why there is none.
 pub fn gpu(opts: &GpuOptions) -> Result<Box<dyn Backend>> {
     Ok(Box::new(GpuBackend::new(opts)?))

@@ -1,4 +1,7 @@
-//! A model's hyperparameters, read from its GGUF metadata (`llama.*` keys).
+//! A model's hyperparameters, read from its GGUF metadata (`{arch}.*` keys,
+//! `llama.*` or `gemma3.*`), with each architecture's fixed values where
+//! llama.cpp hard-codes them rather than reading them (Gemma 3's
+//! sliding-window pattern and local RoPE base).
 //!
 //! Every value is checked here, against the others and against the tensor
 //! shapes, so the forward pass and the buffers it sizes can trust them.
@@ -7,17 +10,19 @@ use super::ModelError;
 use crate::gguf::{GgufError, Header};
 
 /// The architectures smelt runs, by `general.architecture`.
-pub const SUPPORTED_ARCHS: &[&str] = &["llama"];
+pub const SUPPORTED_ARCHS: &[&str] = &["llama", "gemma3"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
     Llama,
+    Gemma3,
 }
 
 impl Arch {
     pub fn name(self) -> &'static str {
         match self {
             Arch::Llama => "llama",
+            Arch::Gemma3 => "gemma3",
         }
     }
 }
@@ -51,6 +56,21 @@ pub struct Config {
     /// `{arch}.vocab_size`, else the tokenizer's token count, else the rows
     /// of `token_embd`.
     pub n_vocab: usize,
+    /// `{arch}.attention.sliding_window`: how many positions, its own
+    /// included, a sliding-window layer's query sees (0: none).
+    pub n_swa: usize,
+    /// Per layer: whether it attends through the sliding window
+    /// (llama.cpp's `swa_layers`).
+    pub swa_layers: Vec<bool>,
+    /// RoPE base and linear scale of the sliding-window layers (llama.cpp's
+    /// `rope_freq_base_train_swa` and `rope_freq_scale_train_swa`); the
+    /// other layers use `rope_freq_base` and `rope_freq_scale`.
+    pub rope_freq_base_swa: f32,
+    pub rope_freq_scale_swa: f32,
+    /// Multiplies `q·k` before the softmax (llama.cpp's
+    /// `f_attention_scale`): `1/sqrt(head_dim)` unless the architecture
+    /// says otherwise.
+    pub attn_scale: f32,
 }
 
 /// Sizes beyond these are not a model but a hostile or broken file.
@@ -63,6 +83,7 @@ impl Config {
         let arch_name = h.architecture()?;
         let arch = match arch_name {
             "llama" => Arch::Llama,
+            "gemma3" => Arch::Gemma3,
             other => {
                 return Err(ModelError::UnsupportedArch {
                     arch: other.to_string(),
@@ -104,6 +125,16 @@ impl Config {
                 ));
             }
         };
+        // One head size serves keys and values in the attention contract.
+        match opt("attention.value_length")? {
+            Some(v) if v != head_dim => {
+                return Err(bad(
+                    &key("attention.value_length"),
+                    &format!("is {v}, unlike the key length {head_dim}: unsupported"),
+                ));
+            }
+            _ => {}
+        }
         let rms_eps = h.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
         let n_ctx_train = get("context_length")?;
         let n_vocab = match opt("vocab_size")? {
@@ -118,7 +149,7 @@ impl Config {
             },
         };
 
-        let c = Config {
+        let mut c = Config {
             arch,
             n_layer,
             n_embd,
@@ -132,9 +163,50 @@ impl Config {
             rms_eps,
             n_ctx_train,
             n_vocab,
+            n_swa: 0,
+            swa_layers: Vec::new(),
+            rope_freq_base_swa: rope_freq_base,
+            rope_freq_scale_swa: rope_freq_scale,
+            attn_scale: 1.0 / (head_dim as f32).sqrt(),
         };
         c.validate(&key)?;
+        c.swa_layers = vec![false; c.n_layer];
+        if arch == Arch::Gemma3 {
+            c.gemma3(h, &key)?;
+        }
         Ok(c)
+    }
+
+    /// Gemma 3's hyperparameters as llama.cpp sets them: every sixth layer
+    /// (5, 11, 17, ...) is global, the others slide over the last
+    /// `sliding_window` positions with their own RoPE base of 10000 and no
+    /// scaling; the attention scale is `1/sqrt(key_length)`
+    /// (`query_pre_attn_scalar`), except for the 27B model (62 layers),
+    /// whose scalar is `n_embd / n_head`.
+    fn gemma3(&mut self, h: &Header, key: &dyn Fn(&str) -> String) -> Result<(), ModelError> {
+        const SWA_PATTERN: usize = 6;
+        // A file without a window attends globally everywhere; llama.cpp
+        // then caps the logits with `final_logit_softcapping`, which the
+        // contract has no op for.
+        self.n_swa = h.opt_u32(&key("attention.sliding_window"))?.unwrap_or(0) as usize;
+        if self.n_swa > 0 {
+            for (il, swa) in self.swa_layers.iter_mut().enumerate() {
+                *swa = il % SWA_PATTERN < SWA_PATTERN - 1;
+            }
+            self.rope_freq_base_swa = 10000.0;
+            self.rope_freq_scale_swa = 1.0;
+        } else if h.get(&key("final_logit_softcapping")).is_some() {
+            return Err(bad(
+                &key("final_logit_softcapping"),
+                "is set on a model without a sliding window: unsupported",
+            ));
+        }
+        let query_pre_attn_scalar = match self.n_layer {
+            62 => (self.n_embd / self.n_head).max(1),
+            _ => self.head_dim,
+        };
+        self.attn_scale = 1.0 / (query_pre_attn_scalar as f32).sqrt();
+        Ok(())
     }
 
     fn validate(&self, key: &dyn Fn(&str) -> String) -> Result<(), ModelError> {

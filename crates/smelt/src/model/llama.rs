@@ -116,6 +116,24 @@ impl Loader<'_> {
     }
 }
 
+impl Loader<'_> {
+    /// The output projection: `output.weight` (`V × E`), or `token_embd`
+    /// when the file ties them.
+    pub fn output(&mut self, token_embd: Tensor) -> Result<Tensor, ModelError> {
+        let (v, e) = (token_embd.rows, token_embd.cols);
+        match self.optional("output.weight", v, e, Op::MatMul)? {
+            Some(o) => Ok(o),
+            // Tied embeddings: the table must also work as a matmul weight.
+            None if self.backend.supports(Op::MatMul, token_embd.dtype) => Ok(token_embd),
+            None => Err(ModelError::UnsupportedType {
+                name: "token_embd.weight (as the tied output)".into(),
+                dtype: token_embd.dtype,
+                backend: self.backend.name(),
+            }),
+        }
+    }
+}
+
 impl Weights {
     pub fn load(c: &Config, l: &mut Loader) -> Result<Self, ModelError> {
         let (e, v, f) = (c.n_embd, c.n_vocab, c.n_ff);
@@ -156,18 +174,7 @@ impl Weights {
             });
         }
         let output_norm = l.tensor("output_norm.weight", 1, e, Op::RmsNorm)?;
-        let output = match l.optional("output.weight", v, e, Op::MatMul)? {
-            Some(o) => o,
-            // Tied embeddings: the table must also work as a matmul weight.
-            None if l.backend.supports(Op::MatMul, token_embd.dtype) => token_embd,
-            None => {
-                return Err(ModelError::UnsupportedType {
-                    name: "token_embd.weight (as the tied output)".into(),
-                    dtype: token_embd.dtype,
-                    backend: l.backend.name(),
-                });
-            }
-        };
+        let output = l.output(token_embd)?;
         let rope_freqs = l.optional("rope_freqs.weight", 1, c.n_rot / 2, Op::Rope)?;
         Ok(Self {
             token_embd,
@@ -181,23 +188,24 @@ impl Weights {
 
 /// Activation buffers, allocated once per session for `B = n_batch` rows
 /// and `O = n_outputs` output rows; each step uses views of its first rows.
+/// Gemma 3 runs on the same buffers.
 pub struct Activations {
     pub tokens: Tensor,  // 1 × B, I32
     pub pos: Tensor,     // 1 × B, I32
     pub seq: Tensor,     // 1 × B, I32
     pub kv_rows: Tensor, // 1 × B, I32: seq · n_ctx + pos
     pub out_ids: Tensor, // 1 × O, I32: rows whose logits are wanted
-    x: Tensor,           // B × E: the residual stream
-    h: Tensor,           // B × E: normed
-    q: Tensor,           // B × (H·hd)
-    k: Tensor,           // B × (Hkv·hd)
-    v: Tensor,           // B × (Hkv·hd)
-    attn: Tensor,        // B × (H·hd)
-    proj: Tensor,        // B × E: attention and FFN outputs
-    gate: Tensor,        // B × F
-    up: Tensor,          // B × F
-    act: Tensor,         // B × F: silu(gate) · up
-    x_out: Tensor,       // O × E: the residual of the output rows
+    pub x: Tensor,       // B × E: the residual stream
+    pub h: Tensor,       // B × E: normed
+    pub q: Tensor,       // B × (H·hd)
+    pub k: Tensor,       // B × (Hkv·hd)
+    pub v: Tensor,       // B × (Hkv·hd)
+    pub attn: Tensor,    // B × (H·hd)
+    pub proj: Tensor,    // B × E: attention and FFN outputs
+    pub gate: Tensor,    // B × F
+    pub up: Tensor,      // B × F
+    pub act: Tensor,     // B × F: act(gate) · up
+    pub x_out: Tensor,   // O × E: the residual of the output rows
     pub logits: Tensor,  // O × V
 }
 

@@ -11,6 +11,7 @@
 //! the rows that ask for logits go through the output projection.
 
 pub mod config;
+pub mod gemma3;
 pub mod kv_cache;
 pub mod llama;
 
@@ -55,6 +56,7 @@ pub type Result<T, E = ModelError> = std::result::Result<T, E>;
 
 enum Weights {
     Llama(llama::Weights),
+    Gemma3(gemma3::Weights),
 }
 
 /// A model's config and weights, loaded into a backend.
@@ -88,6 +90,7 @@ impl Model {
         };
         let weights = match config.arch {
             Arch::Llama => Weights::Llama(llama::Weights::load(&config, &mut loader)?),
+            Arch::Gemma3 => Weights::Gemma3(gemma3::Weights::load(&config, &mut loader)?),
         };
         Ok(Model {
             config,
@@ -391,8 +394,11 @@ impl Session {
         b.write_i32(a.seq, seq)?;
         b.write_i32(a.kv_rows, kv_rows)?;
         b.write_i32(a.out_ids, out_ids)?;
-        let Weights::Llama(w) = &self.model.weights;
-        llama::forward(b, &self.model.config, w, &self.cache, a, n, n_out)?;
+        let c = &self.model.config;
+        match &self.model.weights {
+            Weights::Llama(w) => llama::forward(b, c, w, &self.cache, a, n, n_out)?,
+            Weights::Gemma3(w) => gemma3::forward(b, c, w, &self.cache, a, n, n_out)?,
+        }
         if n_out > 0 {
             let vocab = self.model.config.n_vocab;
             let dst = &mut self.logits[out_done * vocab..(out_done + n_out) * vocab];

@@ -3,6 +3,8 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/reference.rs"]
+mod reference;
 
 mod fast;
 mod llama;

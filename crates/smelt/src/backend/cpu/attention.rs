@@ -1,8 +1,11 @@
 //! Fast CPU attention: causal, grouped-query, over an F32 or F16 cache.
 //!
-//! A work item is one query row and one KV head. It widens the keys and
-//! values of that head over the row's span into the thread's scratch once,
-//! then serves every query head of the group.
+//! A work item is a block of up to `ROW_BLOCK` query rows and one KV head.
+//! It widens the keys and values of that head into the thread's scratch and
+//! serves every query head of the group from them; consecutive rows of one
+//! sequence (a prompt) see the same cache rows plus one, so the widened span
+//! is extended rather than widened again: widening once per row made a
+//! 512-token prompt convert its cache 512 times per layer.
 //!
 //! The arithmetic is ggml's CPU flash attention, rounding for rounding: an
 //! online softmax in position order, and with an F16 cache the query
@@ -13,6 +16,7 @@
 //!
 //! Legend: `n` query rows, `hd` head dim, `s` span (visible positions).
 
+use std::ops::Range;
 use std::sync::Mutex;
 
 use half::slice::HalfFloatSliceExt;
@@ -21,6 +25,9 @@ use super::pool::{SharedMut, ThreadPool};
 use super::reference::{Rows, attention_span};
 use super::simd::{Isa, LANES, Madd, multiversion};
 use crate::backend::{AttentionParams, Result};
+
+/// Query rows per work item: they share one widening of the cache.
+const ROW_BLOCK: usize = 16;
 
 /// Attention of `q` (`n × (H·hd)`) over the caches into `out`; `spans` is
 /// scratch for the validated `(base row, first, last)` of each query row.
@@ -53,10 +60,15 @@ pub fn attention(
         out: SharedMut::new(out),
     };
     let n_kv = p.n_kv_heads;
-    pool.for_each(spans.len() * n_kv, 1, &|t, items| {
+    let n_blocks = spans.len().div_ceil(ROW_BLOCK);
+    pool.for_each(n_blocks * n_kv, 1, &|t, items| {
         let mut buf = scratch[t].lock().unwrap_or_else(|e| e.into_inner());
         for item in items {
-            item_kernel(isa, &job, item / n_kv, item % n_kv, &mut buf.f);
+            // Last blocks first: in a prompt they have the longest spans,
+            // and ending on the short ones balances the threads.
+            let block = n_blocks - 1 - item / n_kv;
+            let rows = block * ROW_BLOCK..job.spans.len().min((block + 1) * ROW_BLOCK);
+            item_kernel(isa, &job, rows, item % n_kv, &mut buf.f);
         }
     });
     Ok(())
@@ -73,7 +85,7 @@ struct Job<'a> {
 }
 
 multiversion! {
-    fn item_kernel(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f32>) = item_generic;
+    fn item_kernel(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) = item_generic;
 }
 
 /// Widens `hd` values from `at` of a cache into `dst`.
@@ -86,12 +98,55 @@ fn widen(src: Rows, at: usize, dst: &mut [f32]) {
 }
 
 #[inline(always)]
-fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f32>) {
+fn item_generic<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) {
+    let p = job.p;
+    let hd = p.head_dim;
+    let kv_cols = p.n_kv_heads * hd;
+    let spans = &job.spans[rows.clone()];
+    let s_max = spans.iter().map(|&(_, f, l)| l + 1 - f).max().unwrap_or(0);
+    // Scratch: keys s_max × hd | values s_max × hd | query hd | accumulator hd.
+    let need = 2 * s_max * hd + 2 * hd;
+    if buf.len() < need {
+        buf.resize(need, 0.0);
+    }
+    let (keys, rest) = buf.split_at_mut(s_max * hd);
+    let (vals, rest) = rest.split_at_mut(s_max * hd);
+    let (qh, rest) = rest.split_at_mut(hd);
+    let acc = &mut rest[..hd];
+    // The cache rows widened so far: `(base, first, count)`.
+    let mut widened: Option<(usize, usize, usize)> = None;
+    for (row, &(base, first, last)) in rows.zip(spans) {
+        let s = last + 1 - first;
+        let have = match widened {
+            Some((b, f, n)) if b == base && f == first => n,
+            _ => 0,
+        };
+        let from = have.min(s);
+        for j in from..s {
+            let at = (base + first + j) * kv_cols + kv_head * hd;
+            widen(job.k, at, &mut keys[j * hd..(j + 1) * hd]);
+            widen(job.v, at, &mut vals[j * hd..(j + 1) * hd]);
+        }
+        widened = Some((base, first, have.max(s)));
+        row_kernel::<M>(job, row, kv_head, &keys[..s * hd], &vals[..s * hd], qh, acc);
+    }
+}
+
+/// Every query head of `kv_head`'s group for one row, over its span's
+/// widened keys and values (`s × hd` each).
+#[inline(always)]
+fn row_kernel<M: Madd>(
+    job: &Job,
+    row: usize,
+    kv_head: usize,
+    keys: &[f32],
+    vals: &[f32],
+    qh: &mut [f32],
+    acc: &mut [f32],
+) {
     let p = job.p;
     let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
-    let (q_cols, kv_cols) = (p.n_heads * hd, p.n_kv_heads * hd);
-    let (base, first, last) = job.spans[row];
-    let s = last + 1 - first;
+    let q_cols = p.n_heads * hd;
     let f16_cache = matches!(job.v, Rows::F16(_));
     // ggml rounds to the cache type where it rounds: the query to f16 for
     // the f16 key dot products, the value accumulator to f16 after every
@@ -101,50 +156,13 @@ fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f3
             M::round_to_f16(v);
         }
     };
-    // Scratch: keys s × hd | values s × hd | query hd | accumulator hd.
-    let need = 2 * s * hd + 2 * hd;
-    if buf.len() < need {
-        buf.resize(need, 0.0);
-    }
-    let (keys, rest) = buf.split_at_mut(s * hd);
-    let (vals, rest) = rest.split_at_mut(s * hd);
-    let (qh, rest) = rest.split_at_mut(hd);
-    let acc = &mut rest[..hd];
-    for j in 0..s {
-        let at = (base + first + j) * kv_cols + kv_head * hd;
-        widen(job.k, at, &mut keys[j * hd..(j + 1) * hd]);
-        widen(job.v, at, &mut vals[j * hd..(j + 1) * hd]);
-    }
     // With a softcap ggml folds 1/cap into the scale, then takes cap·tanh.
     let scale = p.softcap.map_or(p.scale, |cap| p.scale / cap);
     for h in kv_head * group..(kv_head + 1) * group {
         let q = &job.q[row * q_cols + h * hd..row * q_cols + (h + 1) * hd];
         qh.copy_from_slice(q);
         round(qh);
-        // Online softmax over the span in position order (flash attention):
-        // `max` the running maximum, `sum` the running denominator.
-        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
-        acc.fill(0.0);
-        for j in 0..s {
-            let mut score = dot_ggml::<M>(qh, &keys[j * hd..(j + 1) * hd]) * scale;
-            if let Some(cap) = p.softcap {
-                score = cap * score.tanh();
-            }
-            let (mut ms, mut vs) = (1.0f32, 1.0f32);
-            if score > max {
-                ms = (max - score).exp();
-                max = score;
-                acc.iter_mut().for_each(|a| *a *= ms);
-                round(acc);
-            } else {
-                vs = (score - max).exp();
-            }
-            for (a, &v) in acc.iter_mut().zip(&vals[j * hd..(j + 1) * hd]) {
-                *a = M::madd(v, vs, *a);
-            }
-            round(acc);
-            sum = M::madd(sum, ms, vs);
-        }
+        let sum = online_softmax::<M>(qh, keys, vals, scale, p.softcap, f16_cache, acc);
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
         // SAFETY: row `row`, head `h` belongs to this item alone (its query
         // row and one of its KV head's query heads), and `out` outlives the
@@ -156,6 +174,71 @@ fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f3
     }
 }
 
+/// Online softmax of `qh` over the span's `keys` in position order (flash
+/// attention), accumulating `vals` into `acc` (`hd`); returns the
+/// denominator. With an F16 cache the accumulator is rounded to f16 after
+/// every update, as ggml keeps it in f16.
+#[inline(always)]
+fn online_softmax<M: Madd>(
+    qh: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    scale: f32,
+    softcap: Option<f32>,
+    f16_cache: bool,
+    acc: &mut [f32],
+) -> f32 {
+    let hd = qh.len();
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY (each): `M::AVX2` holds only inside the AVX2 entry points,
+        // which run after the CPU reported AVX2, FMA and F16C.
+        match hd {
+            64 => {
+                return unsafe {
+                    avx2::online_softmax::<8>(qh, keys, vals, scale, softcap, f16_cache, acc)
+                };
+            }
+            128 => {
+                return unsafe {
+                    avx2::online_softmax::<16>(qh, keys, vals, scale, softcap, f16_cache, acc)
+                };
+            }
+            _ => {}
+        }
+    }
+    let round = |v: &mut [f32]| {
+        if f16_cache {
+            M::round_to_f16(v);
+        }
+    };
+    let s = keys.len() / hd.max(1);
+    // `max` the running maximum, `sum` the running denominator.
+    let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+    acc.fill(0.0);
+    for j in 0..s {
+        let mut score = dot_ggml::<M>(qh, &keys[j * hd..(j + 1) * hd]) * scale;
+        if let Some(cap) = softcap {
+            score = cap * score.tanh();
+        }
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if score > max {
+            ms = (max - score).exp();
+            max = score;
+            acc.iter_mut().for_each(|a| *a *= ms);
+            round(acc);
+        } else {
+            vs = (score - max).exp();
+        }
+        for (a, &v) in acc.iter_mut().zip(&vals[j * hd..(j + 1) * hd]) {
+            *a = M::madd(v, vs, *a);
+        }
+        round(acc);
+        sum = M::madd(sum, ms, vs);
+    }
+    sum
+}
+
 /// `Σ a·b` summed as ggml's AVX2 `vec_dot_f16` sums: four 8-lane
 /// accumulators over steps of 32 values, folded 0+2, 1+3, then 0+1, the
 /// lanes added pairwise in halves, and any tail added in f64.
@@ -163,6 +246,15 @@ fn item_generic<M: Madd>(job: &Job, row: usize, kv_head: usize, buf: &mut Vec<f3
 fn dot_ggml<M: Madd>(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let full = n - n % 32;
+    let (a, b) = (&a[..n], &b[..n]);
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2 and FMA. (LLVM leaves the portable
+        // loop below scalar: it was half of a prompt's attention time.)
+        let acc = unsafe { avx2::dot_lanes(&a[..full], &b[..full]) };
+        return dot_finish(acc, a, b, full);
+    }
     let mut acc = [[0f32; LANES]; 4];
     for o in (0..full).step_by(32) {
         for (j, accj) in acc.iter_mut().enumerate() {
@@ -172,14 +264,114 @@ fn dot_ggml<M: Madd>(a: &[f32], b: &[f32]) -> f32 {
             }
         }
     }
+    dot_finish(acc, a, b, full)
+}
+
+/// The fold of [`dot_ggml`]'s accumulators, and its tail from `full`.
+#[inline(always)]
+fn dot_finish(acc: [[f32; LANES]; 4], a: &[f32], b: &[f32], full: usize) -> f32 {
     let [a0, a1, a2, a3] = acc;
     let fold =
         |x: [f32; LANES], y: [f32; LANES]| -> [f32; LANES] { std::array::from_fn(|l| x[l] + y[l]) };
     let v = fold(fold(a0, a2), fold(a1, a3));
     let t = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
     let mut sum = f64::from((t[0] + t[1]) + (t[2] + t[3]));
-    for i in full..n {
-        sum += f64::from(a[i] * b[i]);
+    for (&x, &y) in a[full..].iter().zip(&b[full..]) {
+        sum += f64::from(x * y);
     }
     sum as f32
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{LANES, dot_finish};
+
+    /// `online_softmax` for `hd = 8·N` with the accumulator in `N`
+    /// registers instead of memory; the same operations in the same order.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn online_softmax<const N: usize>(
+        qh: &[f32],
+        keys: &[f32],
+        vals: &[f32],
+        scale: f32,
+        softcap: Option<f32>,
+        f16_cache: bool,
+        out: &mut [f32],
+    ) -> f32 {
+        let hd = N * LANES;
+        let s = keys.len() / hd;
+        let round = |v: __m256| {
+            if f16_cache {
+                _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+            } else {
+                v
+            }
+        };
+        let mut acc = [_mm256_setzero_ps(); N];
+        let (mut max, mut sum) = (f32::NEG_INFINITY, 0f32);
+        for (key, val) in keys.chunks_exact(hd).zip(vals.chunks_exact(hd)).take(s) {
+            // SAFETY: this function's own features.
+            let lanes = unsafe { dot_lanes(&qh[..hd], key) };
+            let mut score = dot_finish(lanes, qh, key, hd) * scale;
+            if let Some(cap) = softcap {
+                score = cap * score.tanh();
+            }
+            let (mut ms, mut vs) = (1.0f32, 1.0f32);
+            if score > max {
+                ms = (max - score).exp();
+                max = score;
+                let m = _mm256_set1_ps(ms);
+                for a in &mut acc {
+                    *a = round(_mm256_mul_ps(*a, m));
+                }
+            } else {
+                vs = (score - max).exp();
+            }
+            let v8 = _mm256_set1_ps(vs);
+            for (a, v) in acc.iter_mut().zip(val.chunks_exact(LANES)) {
+                // SAFETY: 8 readable f32s; loadu needs no alignment.
+                let v = unsafe { _mm256_loadu_ps(v.as_ptr()) };
+                *a = round(_mm256_fmadd_ps(v, v8, *a));
+            }
+            sum = sum.mul_add(ms, vs);
+        }
+        for (o, a) in out.chunks_exact_mut(LANES).zip(acc) {
+            // SAFETY: 8 writable f32s; storeu needs no alignment.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+        }
+        sum
+    }
+
+    /// The four accumulators of `dot_ggml` over `a` and `b` (equal lengths,
+    /// a multiple of 32): lane `l` of accumulator `j` is the fused sum of
+    /// products `32·i + 8·j + l`, in order of `i`, as the portable loop.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot_lanes(a: &[f32], b: &[f32]) -> [[f32; LANES]; 4] {
+        let mut acc = [_mm256_setzero_ps(); 4];
+        for (x, y) in a.chunks_exact(32).zip(b.chunks_exact(32)) {
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let (x, y) = (
+                    &x[j * LANES..(j + 1) * LANES],
+                    &y[j * LANES..(j + 1) * LANES],
+                );
+                // SAFETY: 8 readable f32s each; loadu needs no alignment.
+                let (x, y) = unsafe { (_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr())) };
+                *acc = _mm256_fmadd_ps(x, y, *acc);
+            }
+        }
+        let mut out = [[0f32; LANES]; 4];
+        for (o, acc) in out.iter_mut().zip(acc) {
+            // SAFETY: 8 writable f32s; storeu needs no alignment.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
+        }
+        out
+    }
 }

@@ -58,16 +58,28 @@ multiversion! {
 
 #[inline(always)]
 fn quantize_generic<M: Madd>(acts: &mut Q8Acts, x: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2 and FMA.
+        return unsafe { avx2::quantize_rows(acts, x) };
+    }
     acts.quantize_rows(x);
 }
 
 impl Q8Acts {
+    /// Sizes the arrays for `n` values.
     #[inline(always)]
-    fn quantize_rows(&mut self, x: &[f32]) {
-        let nb = x.len() / QK8;
-        self.qs.resize(x.len(), 0);
+    fn resize(&mut self, n: usize) {
+        let nb = n / QK8;
+        self.qs.resize(n, 0);
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
+    }
+
+    #[inline(always)]
+    fn quantize_rows(&mut self, x: &[f32]) {
+        self.resize(x.len());
         for (b, (xb, qb)) in x
             .chunks_exact(QK8)
             .zip(self.qs.chunks_exact_mut(QK8))
@@ -236,7 +248,9 @@ pub fn raw_dots<M: Madd, const C: usize>(
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, LANES, QK8, hsum};
+    use half::f16;
+
+    use super::{GgmlType, LANES, Q8Acts, QK8, hsum};
 
     /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
     /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
@@ -311,7 +325,14 @@ mod avx2 {
                     }
                 };
                 let dd = _mm256_set1_ps(half(blk, 0) * xd);
-                acc[c] = _mm256_fmadd_ps(dd, lanes(q, xv), acc[c]);
+                let l = if T == Q4_1 {
+                    // Quants 0..16 are unsigned as they are: no sign moves.
+                    let pairs = _mm256_maddubs_epi16(q, xv);
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+                } else {
+                    lanes(q, xv)
+                };
+                acc[c] = _mm256_fmadd_ps(dd, l, acc[c]);
                 if T == Q4_1 {
                     mins[c] = half(blk, 2).mul_add(x.2[b], mins[c]);
                 }
@@ -327,6 +348,55 @@ mod avx2 {
         out
     }
 
+    /// [`Q8Acts::quantize_rows`] 8 values at a time, with the same
+    /// arithmetic: `|x|` maximum, `x · (127/amax)` rounded to nearest even,
+    /// the integer sum of the quants.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn quantize_rows(acts: &mut Q8Acts, x: &[f32]) {
+        acts.resize(x.len());
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
+        // packs interleaves 128-bit halves; this puts the 32 bytes in order.
+        let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        let blocks = x.chunks_exact(QK8).zip(acts.qs.chunks_exact_mut(QK8));
+        for ((xb, qb), (d, s)) in blocks.zip(acts.d.iter_mut().zip(acts.s.iter_mut())) {
+            // SAFETY: `xb` is 32 readable f32s; loadu needs no alignment.
+            let v: [__m256; 4] =
+                std::array::from_fn(|j| unsafe { _mm256_loadu_ps(xb[8 * j..].as_ptr()) });
+            let m = _mm256_max_ps(
+                _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+                _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)),
+            );
+            let mut lanes = [0f32; LANES];
+            // SAFETY: 8 writable f32s.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), m) };
+            let amax = lanes.iter().fold(0f32, |a, &b| a.max(b));
+            let dv = amax / 127.0;
+            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let q: [__m256i; 4] = std::array::from_fn(|j| {
+                let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm256_mul_ps(v[j], id),
+                );
+                _mm256_cvtps_epi32(r)
+            });
+            let sum = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+            let mut sums = [0i32; LANES];
+            // SAFETY: 8 writable i32s.
+            unsafe { _mm256_storeu_si256(sums.as_mut_ptr().cast(), sum) };
+            let bytes = _mm256_packs_epi16(
+                _mm256_packs_epi32(q[0], q[1]),
+                _mm256_packs_epi32(q[2], q[3]),
+            );
+            let bytes = _mm256_permutevar8x32_epi32(bytes, order);
+            // SAFETY: `qb` is 32 writable bytes.
+            unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), bytes) };
+            *d = f16::from_f32(dv).to_f32();
+            *s = f16::from_f32(dv * sums.iter().sum::<i32>() as f32).to_f32();
+        }
+    }
+
     /// # Safety
     /// The CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
@@ -335,39 +405,68 @@ mod avx2 {
         ws: [(&[i8], &[f32], &[f32]); C],
         with_min: bool,
     ) -> [[f32; C]; R] {
+        if with_min {
+            tile_of::<R, C, true>(xs, ws)
+        } else {
+            tile_of::<R, C, false>(xs, ws)
+        }
+    }
+
+    /// One activation row at a time against the `C` weight rows, so the `C`
+    /// accumulators stay in registers (a 3 × 4 tile of them spilled to the
+    /// stack on every block) and weight blocks are read again from L1 for
+    /// each row, which costs less. `MIN`: Q4_1, whose quants are 0..16, so
+    /// `maddubs` takes them unsigned as they are, with no sign moves.
+    #[target_feature(enable = "avx2,fma")]
+    fn tile_of<const R: usize, const C: usize, const MIN: bool>(
+        xs: [(&[i8], &[f32], &[f32]); R],
+        ws: [(&[i8], &[f32], &[f32]); C],
+    ) -> [[f32; C]; R] {
         let nb = ws[0].1.len();
-        let mut acc = [[_mm256_setzero_ps(); C]; R];
-        let mut mins = [[0f32; C]; R];
-        for b in 0..nb {
-            let o = b * QK8;
-            let load = |q: &[i8]| {
-                let block: &[i8; QK8] = q[o..o + QK8].try_into().expect("a whole block");
-                // SAFETY: `block` is 32 readable bytes; loadu needs no
-                // alignment.
-                unsafe { _mm256_loadu_si256(block.as_ptr().cast()) }
-            };
-            let mut w = [_mm256_setzero_si256(); C];
-            for c in 0..C {
-                w[c] = load(ws[c].0);
-            }
-            for r in 0..R {
-                let x = load(xs[r].0);
+        let whole = |(q, d, s): (&[i8], &[f32], &[f32])| {
+            q.len() >= nb * QK8 && d.len() >= nb && (!MIN || s.len() >= nb)
+        };
+        assert!(
+            xs.iter().all(|&x| whole(x)) && ws.iter().all(|&w| whole(w)),
+            "tile rows shorter than their blocks"
+        );
+        let ones = _mm256_set1_epi16(1);
+        let mut out = [[0f32; C]; R];
+        for (r, out) in out.iter_mut().enumerate() {
+            let (xq, xd, xs) = xs[r];
+            let mut acc = [_mm256_setzero_ps(); C];
+            let mut mins = [0f32; C];
+            for b in 0..nb {
+                // SAFETY: b < nb, and every row holds nb blocks (asserted
+                // above); loadu needs no alignment.
+                let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(b * QK8).cast()) };
+                // SAFETY: as above.
+                let dx = unsafe { *xd.get_unchecked(b) };
                 for c in 0..C {
-                    let d = _mm256_set1_ps(ws[c].1[b] * xs[r].1[b]);
-                    acc[r][c] = _mm256_fmadd_ps(d, lanes(w[c], x), acc[r][c]);
-                    if with_min {
-                        mins[r][c] = ws[c].2[b].mul_add(xs[r].2[b], mins[r][c]);
+                    let (wq, wd, wm) = ws[c];
+                    // SAFETY: as above.
+                    let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * QK8).cast()) };
+                    let pairs = if MIN {
+                        _mm256_maddubs_epi16(w, x)
+                    } else {
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                    };
+                    let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    // SAFETY: as above.
+                    let d = _mm256_set1_ps(unsafe { *wd.get_unchecked(b) } * dx);
+                    acc[c] = _mm256_fmadd_ps(d, lanes, acc[c]);
+                    if MIN {
+                        // SAFETY: as above (`MIN` rows hold nb sums and minimums).
+                        let (m, s) = unsafe { (*wm.get_unchecked(b), *xs.get_unchecked(b)) };
+                        mins[c] = m.mul_add(s, mins[c]);
                     }
                 }
             }
-        }
-        let mut out = [[0f32; C]; R];
-        for r in 0..R {
             for c in 0..C {
                 let mut v = [0f32; LANES];
                 // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
-                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[r][c]) };
-                out[r][c] = hsum(v) + mins[r][c];
+                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[c]) };
+                out[c] = hsum(v) + mins[c];
             }
         }
         out

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# CPU speed against llama.cpp: pp512 and tg128 on 2 threads for SmolLM2-135M
+# as shipped (Q4_1) and requantized to Q8_0 and Q4_0 with `smelt quantize`
+# (made here if missing), one table with the ratio to llama.cpp's
+# llama-bench figures on the target machine class (2 cores, AVX2+FMA, no
+# AVX-512).
+#
+# Usage: scripts/bench-cpu.sh [extra `smelt bench` arguments]
+#   SMELT=path/to/smelt  the binary (default: builds target/release/smelt)
+#   REPS=5               repetitions per test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+models=${SMELT_CACHE:-$HOME/.cache/smelt}/models
+reps=${REPS:-5}
+if [ -z "${SMELT:-}" ]; then
+    cargo build --release -q -p smelt-cli
+    SMELT=target/release/smelt
+fi
+
+base=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$base" ] || { echo "missing $base (scripts/fetch-models.sh fetches it)" >&2; exit 1; }
+for t in Q8_0 Q4_0; do
+    f=$models/SmolLM2-135M-Instruct.$t.gguf
+    # The output matrix (the tied embeddings) becomes Q8_0, as llama-quantize
+    # makes it: Q6_K wants rows of 256, SmolLM2's are 576.
+    [ -f "$f" ] || "$SMELT" quantize "$base" "$f" "$t" >&2
+done
+
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+for t in Q4_1 Q8_0 Q4_0; do
+    "$SMELT" bench -m "$models/SmolLM2-135M-Instruct.$t.gguf" -t 2 -r "$reps" -o json "$@" \
+        | python3 -c "import json,sys; [print(json.dumps(dict(r, ftype='$t'))) for r in json.load(sys.stdin)]" \
+        >>"$json"
+done
+
+python3 - "$json" <<'EOF'
+import json, statistics, sys
+
+# llama-bench -t 2 on the target machine class, tokens/s.
+LLAMA_CPP = {
+    ("Q4_1", "pp512"): 183, ("Q4_1", "tg128"): 91,
+    ("Q8_0", "pp512"): 358, ("Q8_0", "tg128"): 95,
+    ("Q4_0", "pp512"): 430, ("Q4_0", "tg128"): 130,
+}
+print(f"{'file':<6} {'test':<6} {'smelt t/s (median, min-max)':>30} {'llama.cpp':>10} {'ratio':>6}")
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    s = r["samples_ts"]
+    med = statistics.median(s)
+    ref = LLAMA_CPP.get((r["ftype"], r["test"]))
+    ratio = f"{med / ref:.2f}" if ref else "-"
+    spread = f"{med:.1f} ({min(s):.1f}-{max(s):.1f})"
+    print(f"{r['ftype']:<6} {r['test']:<6} {spread:>30} {ref or '-':>10} {ratio:>6}")
+EOF
