@@ -388,6 +388,26 @@ fn run_table(b: &mut Bench) {
     }
 }
 
+/// Perf mode only: Llama-8B-sized decode mat-vecs.
+fn decode_shapes(b: &mut Bench) {
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for (m, k) in [(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(1, k, 1.0);
+            let out = b.output(F32, 1, m);
+            b.check(
+                &format!("matmul {t} m={m} k={k} n=1"),
+                matmul_tol(t),
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
+}
+
 /// Perf mode only: SmolLM2-sized matmuls (decode and a 512-token prefill).
 fn model_shapes(b: &mut Bench) {
     for t in [F32, F16] {
@@ -597,6 +617,9 @@ fn decode_matvec_f32_acts_with_adapter_features() {
                 },
             );
         }
+    }
+    if b.perf {
+        decode_shapes(&mut b);
     }
     assert!(
         b.failures.is_empty(),
