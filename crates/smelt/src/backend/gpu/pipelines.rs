@@ -227,8 +227,8 @@ impl Kernel {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
             Kernel::MatVec(_) => &[R, R, RW],
-            Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, RW, RW, RW, RW],
-            Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, RW, RW, RW],
+            Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
+            Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
             Kernel::RmsNormQ8 | Kernel::GluQ8(_) => &[RW, RW, RW, RW, RW, RW],

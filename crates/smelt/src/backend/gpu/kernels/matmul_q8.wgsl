@@ -19,11 +19,11 @@
 // column.
 
 @group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
-@group(0) @binding(2) var<storage, read_write> xq: array<u32>;    // (n, k / 4) quants, 4 per word
-@group(0) @binding(3) var<storage, read_write> xd: array<f32>;    // (n, k / 32) scales
+@group(0) @binding(2) var<storage, read> xq: array<u32>;          // (n, k / 4) quants, 4 per word
+@group(0) @binding(3) var<storage, read> xd: array<f32>;          // (n, k / 32) scales
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;   // (n, m)
 #ifdef HAS_MIN
-@group(0) @binding(5) var<storage, read_write> xs: array<f32>;    // (n, k / 32) f16(d · Σq)
+@group(0) @binding(5) var<storage, read> xs: array<f32>;          // (n, k / 32) f16(d · Σq)
 #endif
 
 const TT: u32 = {{TT}}u;
