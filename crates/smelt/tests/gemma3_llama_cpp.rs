@@ -15,10 +15,10 @@ mod common;
 #[path = "common/reference.rs"]
 mod reference;
 
-use reference::{Case, argmax, cases, compare_steps, session, teacher_forced_logits};
+use reference::{Case, cases, compare_steps, greedy, session, teacher_forced_logits};
 use serde_json::Value;
 use smelt::backend::cpu::CpuBackend;
-use smelt::model::{Batch, SessionParams};
+use smelt::model::SessionParams;
 
 const REFERENCE: &str = "gemma3-270m-q4_k_m-greedy.json";
 
@@ -121,17 +121,8 @@ fn greedy_reproduces_clear_prefix() {
     let t = std::time::Instant::now();
     let mut n_decoded = 0;
     for (case, exact) in cases(REFERENCE).iter().zip(exact_cases()) {
-        s.truncate(0, 0);
-        let np = case.prompt_ids.len();
-        let mut next = argmax(s.decode(&Batch::sequence(&case.prompt_ids, 0, 0)).unwrap());
-        let mut out = vec![next];
-        while out.len() < case.clear_prefix_len {
-            let pos = np + out.len() - 1;
-            next = argmax(s.decode(&Batch::sequence(&[next], pos, 0)).unwrap());
-            out.push(next);
-            n_decoded += 1;
-        }
-        out.truncate(case.clear_prefix_len);
+        let out = greedy(&mut s, case);
+        n_decoded += out.len().saturating_sub(1);
         total += case.clear_prefix_len;
         let Some(step) = (0..out.len()).find(|&i| out[i] != case.output_ids[i]) else {
             reproduced += out.len();

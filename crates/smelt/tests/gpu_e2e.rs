@@ -6,7 +6,7 @@ mod common;
 #[path = "common/reference.rs"]
 mod reference;
 
-use reference::{argmax, cases, teacher_forced};
+use reference::{argmax, cases, greedy, teacher_forced};
 use smelt::backend::gpu::{GpuBackend, GpuOptions};
 use smelt::model::{Batch, Session, SessionParams};
 
@@ -52,15 +52,7 @@ fn smollm2_on_gpu_agrees_with_llama_cpp_teacher_forced() {
 fn smollm2_greedy_on_gpu_reproduces_clear_prefix() {
     let mut s = session(1);
     for case in cases(REFERENCE) {
-        s.truncate(0, 0);
-        let np = case.prompt_ids.len();
-        let mut next = argmax(s.decode(&Batch::sequence(&case.prompt_ids, 0, 0)).unwrap());
-        let mut out = vec![next];
-        while out.len() < case.clear_prefix_len {
-            let pos = np + out.len() - 1;
-            next = argmax(s.decode(&Batch::sequence(&[next], pos, 0)).unwrap());
-            out.push(next);
-        }
+        let out = greedy(&mut s, &case);
         eprintln!("{:?}: {} steps", case.prompt, out.len());
         assert_eq!(
             out,

@@ -125,3 +125,19 @@ pub fn compare_steps(case: &Case, logits: &[f32], vocab: usize) -> (usize, Vec<S
     }
     (checked, bad, delta / case.top.len() as f64)
 }
+
+/// Free-running greedy decoding of `case`'s prompt in slot 0: the first
+/// `clear_prefix_len` ids, one decode per generated token.
+pub fn greedy(s: &mut Session, case: &Case) -> Vec<u32> {
+    s.truncate(0, 0);
+    let np = case.prompt_ids.len();
+    let mut next = argmax(s.decode(&Batch::sequence(&case.prompt_ids, 0, 0)).unwrap());
+    let mut out = vec![next];
+    while out.len() < case.clear_prefix_len {
+        let pos = np + out.len() - 1;
+        next = argmax(s.decode(&Batch::sequence(&[next], pos, 0)).unwrap());
+        out.push(next);
+    }
+    out.truncate(case.clear_prefix_len);
+    out
+}

@@ -2,10 +2,10 @@
 //! outputs and top-10 log-probabilities (`testdata/reference`).
 
 use smelt::backend::cpu::CpuBackend;
-use smelt::model::{Batch, SessionParams};
+use smelt::model::SessionParams;
 
 use crate::common;
-use crate::reference::{argmax, cases, session, teacher_forced};
+use crate::reference::{cases, greedy, session, teacher_forced};
 
 #[test]
 fn smollm2_teacher_forced_matches_llama_cpp() {
@@ -47,15 +47,7 @@ fn smollm2_greedy_reproduces_clear_prefix() {
         },
     );
     for case in cases("smollm2-135m-q4_1-greedy.json") {
-        s.truncate(0, 0);
-        let np = case.prompt_ids.len();
-        let mut next = argmax(s.decode(&Batch::sequence(&case.prompt_ids, 0, 0)).unwrap());
-        let mut out = vec![next];
-        while out.len() < case.clear_prefix_len {
-            let pos = np + out.len() - 1;
-            next = argmax(s.decode(&Batch::sequence(&[next], pos, 0)).unwrap());
-            out.push(next);
-        }
+        let out = greedy(&mut s, &case);
         assert_eq!(
             out,
             case.output_ids[..case.clear_prefix_len],
