@@ -15,7 +15,8 @@
 # MODELS (/tmp/smelt-bench-models), BW (bytes/s of a device-to-device
 # copy, read + written; default 4.3e12 on H200, 3.0e12 on H100 as an
 # estimate to be replaced by a measured figure), ALLOW_SOFTWARE=1 for a
-# dry run on lavapipe.
+# dry run on lavapipe, PERF=1 to add one `--perf` run per case and mode
+# (device time per kernel, in $OUT/*.perf and printed before the table).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -105,8 +106,24 @@ for case in $CASES; do
         timeout "${CASE_TIMEOUT:-100}" "$SMELT" bench -m "$model" --backend gpu "${flags[@]}" \
             -p "${PP:-512}" -n "${TG:-128}" -r "$REPS" -o json --verbose \
             >"$OUT/$shape-$qt-$mode.json" 2>>"$log" || say "bench $model ($mode) failed (rc $?)"
+        if [ -n "${PERF:-}" ]; then
+            # Timed kernels wait after each submission: separate from the
+            # figures above.
+            timeout "${CASE_TIMEOUT:-100}" "$SMELT" bench -m "$model" --backend gpu "${flags[@]}" \
+                -p "${PP:-512}" -n "${TG:-128}" -r 1 --perf >/dev/null 2>"$OUT/$shape-$qt-$mode.perf" \
+                || say "perf run $model ($mode) failed (rc $?)"
+        fi
     done
 done
+
+if [ -n "${PERF:-}" ]; then
+    for f in "$OUT"/*.perf; do
+        say "device time per kernel: $(basename "$f" .perf)"
+        # The first PERF_ROWS kernels of each test.
+        awk -v rows="${PERF_ROWS:-8}" '/^smelt: (pp|tg)/ { n = 0; print; next }
+            /^\| / { if (n++ < rows + 2) print }' "$f" | tee -a "$log"
+    done
+fi
 
 say "table"
 export MODELS MODES

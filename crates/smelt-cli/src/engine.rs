@@ -57,12 +57,17 @@ pub struct BackendArgs {
     /// ggml does (its Q8 blocks); other kernels, not bit for bit llama.cpp
     #[arg(long)]
     pub gpu_f32_acts: bool,
+    /// GPU: time every kernel with timestamp queries (each dispatch in its
+    /// own pass, a wait per submission) and print where the time goes
+    #[arg(long)]
+    pub perf: bool,
 }
 
 impl BackendArgs {
     fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
         let gpu = GpuOptions {
             quantize_activations: !self.gpu_f32_acts,
+            profile: self.perf,
             ..GpuOptions::default()
         };
         // `--device N` alone names a GPU.

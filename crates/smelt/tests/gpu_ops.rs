@@ -630,3 +630,51 @@ fn decode_matvec_f32_acts_with_adapter_features() {
     );
     println!("{} decode cases passed", b.cases);
 }
+
+/// Prefill matmuls on f32 activations with the adapter's features: the
+/// cooperative-matrix kernel where the adapter has one (f16 operands, f32
+/// sums), the tiled f32 kernel elsewhere. Shapes off the tile sizes in
+/// rows and tokens, k over several steps of 32.
+#[test]
+fn prefill_matmul_f32_acts_with_adapter_features() {
+    let seed = seed();
+    let mut b = Bench::new(
+        seed,
+        GpuOptions {
+            quantize_activations: false,
+            ..GpuOptions::default()
+        },
+    );
+    let coop = b.gpu.features().coop;
+    println!(
+        "seed {seed}, adapter {}, cooperative matrices {coop}",
+        b.gpu.adapter().name
+    );
+    // f16 operands: each product carries two roundings of 2^-11.
+    let tol = if coop != 0 { 2e-6 } else { 1e-8 };
+    for t in WEIGHT_TYPES {
+        let k = if t.block_size() == 256 { 512 } else { 160 };
+        for (m, n) in [(130usize, 70usize), (64, 64), (67, 5), (200, 129)] {
+            let w = b.weight(t, m, k);
+            let x = b.f32s(n, k, 1.0);
+            let out = b.output(F32, n, m);
+            b.check(
+                &format!("matmul {t} m={m} k={k} n={n}"),
+                tol,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.matmul(p(w), p(x), p(out))
+                },
+            );
+        }
+    }
+    assert!(
+        b.failures.is_empty(),
+        "seed {seed}: {} of {} cases failed:\n{}",
+        b.failures.len(),
+        b.cases,
+        b.failures.join("\n")
+    );
+    println!("{} prefill cases passed", b.cases);
+}

@@ -7,18 +7,23 @@ use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use smelt::backend::gpu::{Kernel, ShaderFeatures};
 
-fn feature_sets() -> [ShaderFeatures; 5] {
-    let f = |subgroups, shader_f16, fused_fma| ShaderFeatures {
+fn feature_sets() -> [ShaderFeatures; 7] {
+    let f = |subgroups, shader_f16, fused_fma, coop| ShaderFeatures {
         subgroups,
         shader_f16,
         fused_fma,
+        coop,
     };
     [
-        f(false, false, false),
-        f(true, false, false),
-        f(false, true, true),
-        f(true, true, true),
-        f(true, true, false),
+        f(false, false, false, 0),
+        f(true, false, false, 0),
+        f(false, true, true, 0),
+        f(true, true, true, 0),
+        f(true, true, false, 0),
+        // Cooperative matrices: 8×8 as Metal's simdgroup matrices, 16×16
+        // as Vulkan's tensor cores.
+        f(true, true, true, 8),
+        f(true, true, true, 16),
     ]
 }
 
@@ -28,6 +33,9 @@ fn feature_sets() -> [ShaderFeatures; 5] {
 /// and DX12).
 fn capabilities(f: ShaderFeatures) -> Capabilities {
     let mut c = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    if f.coop != 0 {
+        c |= Capabilities::COOPERATIVE_MATRIX;
+    }
     if f.subgroups {
         c |= Capabilities::SUBGROUP;
     }
@@ -71,6 +79,9 @@ fn every_kernel_variant_validates_and_writes_msl_and_spirv() {
     let mut n = 0;
     for kernel in Kernel::all() {
         for f in feature_sets() {
+            if !kernel.builds_with(f) {
+                continue;
+            }
             n += 1;
             if let Err(e) = check(kernel, f) {
                 failures.push(format!("{kernel:?} {f:?}:\n{e}"));

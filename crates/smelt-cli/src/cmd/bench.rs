@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::bail;
+use smelt::backend::OpTime;
 use smelt::model::{Batch, Session, SessionParams};
 
 use crate::engine::{self, BackendArgs, PerToken};
@@ -69,6 +70,46 @@ impl Result {
     }
 }
 
+/// `--perf`: device time per kernel over one test (since `before`), per
+/// token, on stderr; nothing where the backend does not time its kernels.
+fn perf_table(s: &Session, test: &str, before: &[OpTime], tokens: usize) {
+    let mut rows: Vec<OpTime> = s
+        .model()
+        .backend_op_times()
+        .into_iter()
+        .map(|t| {
+            let b = before.iter().find(|b| b.kernel == t.kernel);
+            OpTime {
+                calls: t.calls - b.map_or(0, |b| b.calls),
+                seconds: t.seconds - b.map_or(0.0, |b| b.seconds),
+                kernel: t.kernel,
+            }
+        })
+        .filter(|t| t.calls > 0)
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    rows.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+    let total: f64 = rows.iter().map(|t| t.seconds).sum();
+    let n = tokens.max(1) as f64;
+    eprintln!(
+        "smelt: {test}: device time per token {:.1} µs",
+        total / n * 1e6
+    );
+    eprintln!("| kernel | calls/token | µs/token | share |");
+    eprintln!("| --- | ---: | ---: | ---: |");
+    for t in rows {
+        eprintln!(
+            "| {} | {:.2} | {:.2} | {:.1}% |",
+            t.kernel,
+            t.calls as f64 / n,
+            t.seconds / n * 1e6,
+            100.0 * t.seconds / total
+        );
+    }
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     if args.repetitions == 0 {
         bail!("-r 0 measures nothing");
@@ -101,10 +142,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         run(&mut m.session)?;
         let before = m.session.model().backend_stats();
+        let times = m.session.model().backend_op_times();
         let samples = (0..args.repetitions)
             .map(|_| run(&mut m.session))
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
+        let tokens = args.n_prompt * args.repetitions;
+        perf_table(&m.session, &format!("pp{}", args.n_prompt), &times, tokens);
         results.push(Result {
             test: format!("pp{}", args.n_prompt),
             n_prompt: args.n_prompt,
@@ -124,10 +168,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         run(&mut m.session, 1)?;
         let before = m.session.model().backend_stats();
+        let times = m.session.model().backend_op_times();
         let samples = (0..args.repetitions)
             .map(|_| run(&mut m.session, args.n_gen))
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
+        let tokens = args.n_gen * args.repetitions;
+        perf_table(&m.session, &format!("tg{}", args.n_gen), &times, tokens);
         results.push(Result {
             test: format!("tg{}", args.n_gen),
             n_prompt: 0,

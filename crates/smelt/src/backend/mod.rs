@@ -147,6 +147,15 @@ pub struct Stats {
     pub dispatches: u64,
 }
 
+/// Device time spent in one kernel so far, from timestamp queries (the
+/// GPU backend with `GpuOptions::profile`; `smelt bench --perf`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpTime {
+    pub kernel: String,
+    pub calls: u64,
+    pub seconds: f64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("{backend} does not support {op:?} on {dtype}")]
@@ -217,6 +226,11 @@ pub trait Backend: Send {
 
     fn stats(&self) -> Stats {
         Stats::default()
+    }
+
+    /// Device time per kernel so far, where the backend measures it.
+    fn op_times(&self) -> Vec<OpTime> {
+        Vec::new()
     }
 
     // ---- ops ----

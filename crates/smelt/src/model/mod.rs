@@ -113,6 +113,11 @@ impl Model {
     pub fn backend_stats(&self) -> crate::backend::Stats {
         self.backend.stats()
     }
+
+    /// Device time per kernel so far (a profiling GPU backend only).
+    pub fn backend_op_times(&self) -> Vec<crate::backend::OpTime> {
+        self.backend.op_times()
+    }
 }
 
 /// How a session sizes its buffers.

@@ -124,6 +124,13 @@ pub struct GpuOptions {
     /// A binding limit for weights below the adapter's, to test weight
     /// splitting on any adapter; `None`: the adapter's.
     pub max_weight_binding_bytes: Option<u64>,
+    /// Time every dispatch with timestamp queries (`Backend::op_times`),
+    /// each in its own compute pass, waiting after each submission: for
+    /// finding where the time goes, not for speed.
+    pub profile: bool,
+    /// Prefill on cooperative matrices (f16 operands) where the adapter has
+    /// them and activations are not rounded as ggml's.
+    pub allow_cooperative_matrix: bool,
 }
 
 impl Default for GpuOptions {
@@ -136,6 +143,8 @@ impl Default for GpuOptions {
             shader_bounds_checks: false,
             quantize_activations: true,
             max_weight_binding_bytes: None,
+            allow_cooperative_matrix: true,
+            profile: false,
         }
     }
 }
@@ -155,6 +164,9 @@ pub struct Context {
     pub zero_copy: bool,
     pub shader_bounds_checks: bool,
     pub quantize_activations: bool,
+    /// Dispatches are timed (`GpuOptions::profile` on an adapter with
+    /// timestamp queries).
+    pub profile: bool,
     /// The first uncaptured error or the device-lost reason, reported by the
     /// next call that waits on the device.
     pub error: Arc<Mutex<Option<BackendError>>>,
@@ -210,7 +222,17 @@ impl Context {
             subgroups: opts.allow_subgroups && af.contains(wgpu::Features::SUBGROUP),
             shader_f16: opts.allow_shader_f16 && af.contains(wgpu::Features::SHADER_F16),
             fused_fma: false,
+            coop: 0,
         };
+        if opts.allow_cooperative_matrix
+            && !opts.quantize_activations
+            && features.subgroups
+            && features.shader_f16
+            && report.subgroup_sizes == (32, 32)
+            && af.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        {
+            features.coop = coop_fragment_size(&adapter.cooperative_matrix_properties());
+        }
         let zero_copy = opts.allow_zero_copy
             && report.unified_memory
             && af.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS);
@@ -224,6 +246,21 @@ impl Context {
         if zero_copy {
             required |= wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
         }
+        let profile = opts.profile && af.contains(wgpu::Features::TIMESTAMP_QUERY);
+        if profile {
+            required |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+        let mut experimental = wgpu::ExperimentalFeatures::disabled();
+        if features.coop != 0 {
+            required |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: wgpu marks cooperative matrices experimental: its
+            // implementation may have bugs. Our one kernel that uses them
+            // (matmul_coop.wgsl) loads and stores fragments only inside
+            // workgroup arrays sized for them, in uniform control flow, at
+            // a size and types the adapter lists; and the differential
+            // tests check its results against the CPU on such adapters.
+            experimental = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         // Ask for everything the adapter allows: model weights want the
         // largest buffers and bindings it has.
         let limits = adapter.limits();
@@ -231,7 +268,7 @@ impl Context {
             label: Some("smelt"),
             required_features: required,
             required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
@@ -272,6 +309,7 @@ impl Context {
             zero_copy,
             shader_bounds_checks: opts.shader_bounds_checks,
             quantize_activations: opts.quantize_activations,
+            profile,
             error,
         })
     }
@@ -284,6 +322,19 @@ impl Context {
             None => Ok(()),
         }
     }
+}
+
+/// The cooperative-matrix size `matmul_coop.wgsl` is built for: 16×16×16
+/// (tensor cores) or else 8×8×8 (Metal), with f16 operands and f32 sums in
+/// subgroup scope; 0 if the adapter lists neither.
+fn coop_fragment_size(props: &[wgpu::CooperativeMatrixProperties]) -> u32 {
+    use wgpu::CooperativeScalarType::{F16, F32};
+    let has = |s: u32| {
+        props.iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (s, s, s) && p.ab_type == F16 && p.cr_type == F32
+        })
+    };
+    [16, 8].into_iter().find(|&s| has(s)).unwrap_or(0)
 }
 
 /// Whether the device's `fma` rounds once, as x86's vfmadd (and so ggml's

@@ -275,6 +275,7 @@ impl GpuBackend {
             kernel,
             Kernel::MatVec(_)
                 | Kernel::MatMul(_)
+                | Kernel::MatMulCoop(_)
                 | Kernel::MatVecQ8(_)
                 | Kernel::MatMulQ8(_)
                 | Kernel::QuantizeActs(_)

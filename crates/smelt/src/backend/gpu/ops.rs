@@ -5,7 +5,8 @@
 
 use crate::backend::cpu::check as contract;
 use crate::backend::{
-    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Stats, Tensor, WeightData,
+    AttentionParams, Backend, BackendError, Caps, Op, OpTime, Result, RopeParams, Stats, Tensor,
+    WeightData,
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
@@ -128,6 +129,10 @@ impl Backend for GpuBackend {
 
     fn stats(&self) -> Stats {
         self.gpu_stats()
+    }
+
+    fn op_times(&self) -> Vec<OpTime> {
+        self.rec.op_times()
     }
 
     fn get_rows(&mut self, table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
@@ -421,6 +426,16 @@ impl GpuBackend {
                     params(&[u(m), u(k), u(n), u(row_bytes), u(blocks), u(ldo), u(o0)]),
                     &[w, x, out],
                     (blocks * n) as u64,
+                )
+            }
+            MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
+                let (tm, tn) = self.ctx.features.coop_tile();
+                let tiles_m = m.div_ceil(tm);
+                self.run(
+                    Kernel::MatMulCoop(w.dtype),
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
+                    &[w, x, out],
+                    (tiles_m * n.div_ceil(tn)) as u64,
                 )
             }
             MatIn::F32(x) => {

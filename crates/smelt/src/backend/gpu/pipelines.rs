@@ -30,6 +30,7 @@ mod src {
     pub const QUANTIZE: &str = include_str!("kernels/quantize.wgsl");
     pub const EXACT: &str = include_str!("kernels/exact.wgsl");
     pub const MATMUL_Q8: &str = include_str!("kernels/matmul_q8.wgsl");
+    pub const MATMUL_COOP: &str = include_str!("kernels/matmul_coop.wgsl");
 }
 
 /// Weight types the matmul and get_rows kernels decode.
@@ -109,6 +110,9 @@ pub enum Kernel {
     MatVec(GgmlType),
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
+    /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
+    /// adapter has them (`ShaderFeatures::coop`).
+    MatMulCoop(GgmlType),
     /// A legacy quant on Q8-rounded activations in ggml's arithmetic, a
     /// quad of invocations per row carrying up to 4 tokens (decode) ...
     MatVecQ8(GgmlType),
@@ -153,6 +157,24 @@ pub struct ShaderFeatures {
     /// `fma` rounds once (probed on the device: lavapipe's does not);
     /// otherwise exact.wgsl emulates it.
     pub fused_fma: bool,
+    /// Cooperative matrices of this size (16 or 8) with f16 operands and
+    /// f32 sums, and subgroups of 32; 0 without.
+    pub coop: u32,
+}
+
+impl ShaderFeatures {
+    /// The prefill tile of `matmul_coop.wgsl` (rows × tokens) for these
+    /// features: 2 × 2 subgroups of FM × FN fragments each.
+    pub fn coop_tile(self) -> (usize, usize) {
+        let (fm, fn_) = coop_fragments(self.coop);
+        let fs = self.coop as usize;
+        (2 * fm * fs, 2 * fn_ * fs)
+    }
+}
+
+/// Fragments per subgroup (along rows, along tokens) for a fragment size.
+fn coop_fragments(fs: u32) -> (usize, usize) {
+    if fs == 8 { (4, 4) } else { (2, 2) }
 }
 
 /// How a kernel's storage binding is declared.
@@ -173,7 +195,12 @@ impl Kernel {
         use GgmlType::{F16, F32};
         let mut v = Vec::new();
         for t in WEIGHT_TYPES {
-            v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
+            v.extend([
+                Kernel::GetRows(t),
+                Kernel::MatVec(t),
+                Kernel::MatMul(t),
+                Kernel::MatMulCoop(t),
+            ]);
         }
         for t in Q8_WEIGHT_TYPES {
             v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
@@ -219,6 +246,15 @@ impl Kernel {
         v
     }
 
+    /// Whether the kernel exists for these features: the cooperative-matrix
+    /// matmul needs them with f16 and subgroups.
+    pub fn builds_with(self, f: ShaderFeatures) -> bool {
+        match self {
+            Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
+            _ => true,
+        }
+    }
+
     /// The storage bindings after the parameter block (binding 0), in
     /// binding order, as the WGSL declares them.
     pub fn bindings(self) -> &'static [Access] {
@@ -226,7 +262,7 @@ impl Kernel {
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
-            Kernel::MatVec(_) => &[R, R, RW],
+            Kernel::MatVec(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -276,6 +312,14 @@ impl Kernel {
                 wg = WG_MATVEC;
                 def("REDUCE4");
                 parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
+            }
+            Kernel::MatMulCoop(t) => {
+                type_defines(t, &mut def);
+                let (fm, fn_) = coop_fragments(f.coop);
+                defines.push(("FS", f.coop.to_string()));
+                defines.push(("FM", fm.to_string()));
+                defines.push(("FN", fn_.to_string()));
+                parts.extend([src::QUANT, src::MATMUL_COOP]);
             }
             Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
                 type_defines(t, &mut def);
@@ -396,6 +440,7 @@ impl Kernel {
                 Kernel::GetRows(GgmlType::F16)
                     | Kernel::MatVec(GgmlType::F16)
                     | Kernel::MatMul(GgmlType::F16)
+                    | Kernel::MatMulCoop(GgmlType::F16)
             );
         if f16_weights {
             defines.push(("WQ_F16", String::new()));
@@ -409,6 +454,9 @@ impl Kernel {
         if f.shader_f16 {
             // Enable directives must come before any declaration.
             out.push_str("enable f16;\n");
+        }
+        if matches!(self, Kernel::MatMulCoop(_)) {
+            out.push_str("enable wgpu_cooperative_matrix;\n");
         }
         for p in parts {
             out.push_str(&preprocess(p, &defines));

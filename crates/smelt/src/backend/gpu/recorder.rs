@@ -8,10 +8,14 @@
 //! `queue.write_buffer` just before the submit; each dispatch selects its
 //! slot with a dynamic uniform offset. Bind groups are created once per
 //! (kernel, buffers) and cached: buffers live as long as the backend.
+//!
+//! Profiling (`GpuOptions::profile`) gives each dispatch its own pass with
+//! timestamp writes at its start and end, and waits after each submission
+//! to add the times up per kernel.
 
 use std::collections::HashMap;
 
-use crate::backend::{BackendError, Result, Stats};
+use crate::backend::{BackendError, OpTime, Result, Stats};
 
 use super::context::Context;
 use super::pipelines::{Kernel, PARAMS_BYTES, PipelineCache};
@@ -34,7 +38,100 @@ pub struct Recorder {
     bind_groups: HashMap<(Kernel, Vec<u32>), wgpu::BindGroup>,
     /// Reused MAP_READ buffer for `read`, grown on demand.
     readback: Option<wgpu::Buffer>,
+    profiler: Option<Profiler>,
     pub stats: Stats,
+}
+
+/// Dispatches one profiled submission can time (two queries each, within
+/// wgpu's 4096 per query set).
+const PROFILED_DISPATCHES: u64 = 2048;
+
+/// Timestamp queries around every dispatch, and the totals per kernel.
+struct Profiler {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+    /// The kernel of each timed dispatch of the open submission.
+    kernels: Vec<Kernel>,
+    /// Nanoseconds per timestamp tick.
+    period: f64,
+    totals: HashMap<Kernel, (u64, f64)>,
+}
+
+impl Profiler {
+    fn new(ctx: &Context) -> Self {
+        let bytes = PROFILED_DISPATCHES * 2 * 8;
+        Self {
+            set: ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("dispatch times"),
+                ty: wgpu::QueryType::Timestamp,
+                count: (PROFILED_DISPATCHES * 2) as u32,
+            }),
+            resolve: ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("dispatch times"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            readback: ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("dispatch times readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+            kernels: Vec::new(),
+            period: f64::from(ctx.queue.get_timestamp_period()),
+            totals: HashMap::new(),
+        }
+    }
+
+    /// Timestamp writes for the next dispatch's pass.
+    fn writes(&mut self, kernel: Kernel) -> wgpu::ComputePassTimestampWrites<'_> {
+        let i = self.kernels.len() as u32;
+        self.kernels.push(kernel);
+        wgpu::ComputePassTimestampWrites {
+            query_set: &self.set,
+            beginning_of_pass_write_index: Some(2 * i),
+            end_of_pass_write_index: Some(2 * i + 1),
+        }
+    }
+
+    /// Records copying this submission's timestamps out.
+    fn resolve(&self, encoder: &mut wgpu::CommandEncoder) {
+        let n = 2 * self.kernels.len() as u32;
+        encoder.resolve_query_set(&self.set, 0..n, &self.resolve, 0);
+        encoder.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, u64::from(n) * 8);
+    }
+
+    /// After the submission: waits for it and adds its times up.
+    fn collect(&mut self, ctx: &Context) -> Result<()> {
+        let n = 2 * self.kernels.len() as u64;
+        let slice = self.readback.slice(..n * 8);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| BackendError::DeviceLost(e.to_string()))?;
+        rx.recv()
+            .map_err(|_| BackendError::Other("timestamps were never mapped".into()))?
+            .map_err(|e| BackendError::Other(format!("mapping timestamps: {e}")))?;
+        {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| BackendError::Other(format!("timestamp view: {e}")))?;
+            let ticks: &[u64] = bytemuck::cast_slice(&view);
+            for (kernel, t) in self.kernels.iter().zip(ticks.chunks_exact(2)) {
+                let e = self.totals.entry(*kernel).or_default();
+                e.0 += 1;
+                e.1 += t[1].saturating_sub(t[0]) as f64 * self.period * 1e-9;
+            }
+        }
+        self.readback.unmap();
+        self.kernels.clear();
+        Ok(())
+    }
 }
 
 impl Recorder {
@@ -55,8 +152,27 @@ impl Recorder {
             param_buf,
             bind_groups: HashMap::new(),
             readback: None,
+            profiler: ctx.profile.then(|| Profiler::new(ctx)),
             stats: Stats::default(),
         }
+    }
+
+    /// Device time per kernel so far (profiling only; empty otherwise).
+    pub fn op_times(&self) -> Vec<OpTime> {
+        let Some(p) = &self.profiler else {
+            return Vec::new();
+        };
+        let mut v: Vec<OpTime> = p
+            .totals
+            .iter()
+            .map(|(k, &(calls, seconds))| OpTime {
+                kernel: k.label(),
+                calls,
+                seconds,
+            })
+            .collect();
+        v.sort_by(|a, b| b.seconds.total_cmp(&a.seconds));
+        v
     }
 
     fn encoder(&mut self, ctx: &Context) -> &mut wgpu::CommandEncoder {
@@ -96,8 +212,12 @@ impl Recorder {
                 limit: max_dim * max_dim,
             });
         }
-        if self.n_dispatches == MAX_DISPATCHES {
-            self.submit(ctx);
+        let full = match self.profiler {
+            Some(ref p) => p.kernels.len() as u64 == PROFILED_DISPATCHES,
+            None => self.n_dispatches == MAX_DISPATCHES,
+        };
+        if full || self.n_dispatches == MAX_DISPATCHES {
+            self.submit(ctx)?;
         }
         let offset = self.n_dispatches * self.stride;
         self.arena.resize(offset as usize, 0);
@@ -132,6 +252,10 @@ impl Recorder {
                 entries: &entries,
             })
         });
+        if self.profiler.is_some() {
+            // Its own pass, timed from start to end.
+            self.pass = None;
+        }
         if self.pass.is_none() {
             let enc = self.encoder.get_or_insert_with(|| {
                 ctx.device
@@ -141,7 +265,7 @@ impl Recorder {
             });
             let pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("ops"),
-                timestamp_writes: None,
+                timestamp_writes: self.profiler.as_mut().map(|p| p.writes(kernel)),
             });
             self.pass = Some(pass.forget_lifetime());
         }
@@ -190,19 +314,30 @@ impl Recorder {
             .copy_buffer_to_buffer(&staging, 0, dst, 0, len as u64);
     }
 
-    /// Submits everything recorded, without waiting.
-    pub fn submit(&mut self, ctx: &Context) {
+    /// Submits everything recorded, without waiting (unless profiling).
+    pub fn submit(&mut self, ctx: &Context) -> Result<()> {
         self.end_pass();
-        let Some(encoder) = self.encoder.take() else {
-            return;
+        let Some(mut encoder) = self.encoder.take() else {
+            return Ok(());
         };
         if !self.arena.is_empty() {
             ctx.queue.write_buffer(&self.param_buf, 0, &self.arena);
+        }
+        let timed = self
+            .profiler
+            .as_ref()
+            .is_some_and(|p| !p.kernels.is_empty());
+        if timed && let Some(p) = &self.profiler {
+            p.resolve(&mut encoder);
         }
         ctx.queue.submit([encoder.finish()]);
         self.stats.submissions += 1;
         self.arena.clear();
         self.n_dispatches = 0;
+        match &mut self.profiler {
+            Some(p) if timed => p.collect(ctx),
+            _ => Ok(()),
+        }
     }
 
     /// Submits everything recorded plus a copy of `src`'s first `out.len()`
@@ -224,7 +359,7 @@ impl Recorder {
         let readback = self.readback.clone().expect("created above");
         self.encoder(ctx)
             .copy_buffer_to_buffer(src, 0, &readback, 0, len);
-        self.submit(ctx);
+        self.submit(ctx)?;
         let slice = readback.slice(..len);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -247,7 +382,7 @@ impl Recorder {
 
     /// Submits what is recorded and blocks until the GPU is idle.
     pub fn wait(&mut self, ctx: &Context) -> Result<()> {
-        self.submit(ctx);
+        self.submit(ctx)?;
         ctx.take_error()?;
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
