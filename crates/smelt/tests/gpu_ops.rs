@@ -608,8 +608,9 @@ fn decode_matvec_f32_acts_with_adapter_features() {
             let out = b.output(F32, n, m);
             b.check(
                 &format!("matvec {t} m={m} k={k} n={n}"),
-                // f32 activations: only the summation order differs.
-                1e-8,
+                // f32 activations: only the summation order differs (one
+                // row's error is a single ratio, cancellation included).
+                1e-7,
                 out,
                 |be, g| {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };

@@ -7,23 +7,28 @@ use naga::back::{msl, spv};
 use naga::valid::{Capabilities, ValidationFlags, Validator};
 use smelt::backend::gpu::{Kernel, ShaderFeatures};
 
-fn feature_sets() -> [ShaderFeatures; 7] {
-    let f = |subgroups, shader_f16, fused_fma, coop| ShaderFeatures {
+fn feature_sets() -> [ShaderFeatures; 9] {
+    let f = |subgroups, shader_f16, fused_fma, fast_math, coop| ShaderFeatures {
         subgroups,
         shader_f16,
         fused_fma,
+        fast_math,
         coop,
     };
     [
-        f(false, false, false, 0),
-        f(true, false, false, 0),
-        f(false, true, true, 0),
-        f(true, true, true, 0),
-        f(true, true, false, 0),
+        // ggml's exact arithmetic, with and without each capability.
+        f(false, false, false, false, 0),
+        f(true, false, false, false, 0),
+        f(false, true, true, false, 0),
+        f(true, true, true, false, 0),
+        f(true, true, false, false, 0),
+        // Plain f32 arithmetic (f32 activations).
+        f(false, false, false, true, 0),
+        f(true, true, true, true, 0),
         // Cooperative matrices: 8×8 as Metal's simdgroup matrices, 16×16
         // as Vulkan's tensor cores.
-        f(true, true, true, 8),
-        f(true, true, true, 16),
+        f(true, true, true, true, 8),
+        f(true, true, true, true, 16),
     ]
 }
 

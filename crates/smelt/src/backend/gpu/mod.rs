@@ -274,6 +274,7 @@ impl GpuBackend {
         if !matches!(
             kernel,
             Kernel::MatVec(_)
+                | Kernel::MatVecRows(_)
                 | Kernel::MatMul(_)
                 | Kernel::MatMulCoop(_)
                 | Kernel::MatVecQ8(_)

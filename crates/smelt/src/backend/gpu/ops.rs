@@ -11,7 +11,7 @@ use crate::backend::{
 use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pipelines::{
-    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
+    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, WG_MATVEC_ROWS, has_min,
 };
 use super::{GpuBackend, MatIn, P, Pending, params};
 
@@ -417,6 +417,32 @@ impl GpuBackend {
                     params(&[u(m), u(k), u(n), u(row_bytes), u(groups), u(ldo), u(o0)]),
                     &bound,
                     (groups * n.div_ceil(tokens)) as u64,
+                )
+            }
+            MatIn::F32(x)
+                if n <= MATVEC_MAX_TOKENS
+                    && self.ctx.matvec_rows
+                    && Kernel::MatVecRows(w.dtype).builds_with(self.ctx.features) =>
+            {
+                // Row groups of 4, one per subgroup; the grid assumes the
+                // largest subgroup, so any smaller one still covers m.
+                let groups = m.div_ceil(4);
+                let per_wg = (WG_MATVEC_ROWS / self.ctx.report.subgroup_sizes.1.max(1)).max(1);
+                let wpt = groups.div_ceil(per_wg as usize);
+                self.run(
+                    Kernel::MatVecRows(w.dtype),
+                    params(&[
+                        u(m),
+                        u(k),
+                        u(n),
+                        u(row_bytes),
+                        u(groups),
+                        u(ldo),
+                        u(o0),
+                        u(wpt),
+                    ]),
+                    &[w, x, out],
+                    (wpt * n) as u64,
                 )
             }
             MatIn::F32(x) if n <= MATVEC_MAX_TOKENS => {

@@ -108,6 +108,9 @@ pub enum Kernel {
     GetRows(GgmlType),
     /// One workgroup per (token, output row): decode, f32 activations.
     MatVec(GgmlType),
+    /// Q4_0 / Q8_0 decode with subgroups: 4 rows per subgroup, no
+    /// workgroup barriers (`matvec_blocks.wgsl`'s SG_ROWS).
+    MatVecRows(GgmlType),
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
@@ -157,6 +160,9 @@ pub struct ShaderFeatures {
     /// `fma` rounds once (probed on the device: lavapipe's does not);
     /// otherwise exact.wgsl emulates it.
     pub fused_fma: bool,
+    /// Plain hardware arithmetic (exact.wgsl's FAST): with f32 activations
+    /// nothing follows ggml's CPU rounding.
+    pub fast_math: bool,
     /// Cooperative matrices of this size (16 or 8) with f16 operands and
     /// f32 sums, and subgroups of 32; 0 without.
     pub coop: u32,
@@ -174,6 +180,12 @@ impl ShaderFeatures {
 
 /// Fragments per subgroup (along rows, along tokens) for a fragment size.
 fn coop_fragments(fs: u32) -> (usize, usize) {
+    if let Ok(v) = std::env::var("SMELT_COOP_TILE")
+        && let Some((a, b)) = v.split_once('x')
+        && let (Ok(a), Ok(b)) = (a.parse(), b.parse())
+    {
+        return (a, b);
+    }
     if fs == 8 { (4, 4) } else { (2, 2) }
 }
 
@@ -186,6 +198,7 @@ pub enum Access {
 
 /// Workgroup size of the kernels that reduce across a workgroup.
 const WG_MATVEC: u32 = 64;
+pub const WG_MATVEC_ROWS: u32 = 128;
 const WG_ROW: u32 = 256;
 const WG_ATTENTION: u32 = 64;
 
@@ -198,6 +211,7 @@ impl Kernel {
             v.extend([
                 Kernel::GetRows(t),
                 Kernel::MatVec(t),
+                Kernel::MatVecRows(t),
                 Kernel::MatMul(t),
                 Kernel::MatMulCoop(t),
             ]);
@@ -251,6 +265,7 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
+            Kernel::MatVecRows(t) => f.subgroups && matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0),
             _ => true,
         }
     }
@@ -262,7 +277,7 @@ impl Kernel {
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
-            Kernel::MatVec(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
+            Kernel::MatVec(_) | Kernel::MatVecRows(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -298,6 +313,9 @@ impl Kernel {
         if f.fused_fma {
             def("FUSED_FMA");
         }
+        if f.fast_math {
+            def("FAST");
+        }
         let mut parts = vec![src::COMMON];
         let mut wg = WG_ROW;
         // Kernels that read the exact.wgsl tables bind them last.
@@ -306,6 +324,12 @@ impl Kernel {
             defines.push(("TAB", self.bindings().len().to_string()));
         };
         match self {
+            Kernel::MatVecRows(t) => {
+                type_defines(t, &mut def);
+                wg = WG_MATVEC_ROWS;
+                def("SG_ROWS");
+                parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
+            }
             // Q4_0 and Q8_0 decode: whole blocks per invocation.
             Kernel::MatVec(t @ (GgmlType::Q4_0 | GgmlType::Q8_0)) => {
                 type_defines(t, &mut def);

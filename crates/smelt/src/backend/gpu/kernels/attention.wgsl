@@ -46,6 +46,9 @@ fn kv2(w: u32) -> vec2<f32> {
 
 // Rounds to the cache type: f16 for an F16 cache.
 fn rh(v: f32) -> f32 {
+#ifdef FAST
+    return v;
+#endif
 #ifdef KV_F16
     return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
 #else
@@ -133,6 +136,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var l = 0.0;
     for (var j = start; j <= p; j++) {
         let kb = (row0 + j) * kv_stride + kvh * hd;
+#ifdef FAST
+        var s4 = vec4<f32>(0.0);
+        for (var c = 0u; c < HD4; c++) {
+            s4 = fma(qv[c], k4(kb + 4u * c), s4);
+        }
+        let t = vec2<f32>((s4.x + s4.y) + (s4.z + s4.w), 0.0);
+#else
         // q·k in ggml's order: lane e % 32 of each step of 32, then any
         // tail in f64 (a float-float).
         var a: array<f32, 32>;
@@ -152,6 +162,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 t = ff_add_f(t, opaque(qv[c][e] * kk[e]));
             }
         }
+#endif
         let s = capped(t.x);
         var ms = 1.0;
         var vs = 1.0;
@@ -228,6 +239,96 @@ fn vval(e: u32) -> f32 {
 #endif
 }
 
+#ifdef FAST
+// Decode in plain f32: per chunk of WG keys, every invocation scores one
+// key, the chunk's max and sum come from workgroup reductions, and each
+// invocation adds the chunk's weighted values into its own output dims.
+// One exp per key, not one per key and invocation.
+fn kdot_fast(e: u32, hd: u32) -> f32 {
+    var s = 0.0;
+    for (var d = 0u; d < hd; d += 2u) {
+#ifdef KV_F16
+        let k2 = kv2(kc[(e + d) / 2u]);
+#else
+        let k2 = vec2<f32>(kc[e + d], kc[e + d + 1u]);
+#endif
+        s = fma(qs[d], k2.x, fma(qs[d + 1u], k2.y, s));
+    }
+    return s;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg);
+    let nh = pu(1);
+    // Uniform: a workgroup past the end has nothing to do.
+    if (g >= pu(0) * nh) {
+        return;
+    }
+    let i = g / nh;
+    let h = g % nh;
+    let hd = pu(3);
+    let ctx = pu(4);
+    let kvh = h / (nh / pu(2));
+    let kv_stride = pu(2) * hd;
+    let qb = i * nh * hd + h * hd;
+    let lid = ln.lid;
+    if (lid == 0u) {
+        w_pos = min(u32(max(pos[i], 0)), ctx - 1u);
+        w_row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
+    }
+    for (var d = lid; d < hd; d += RED_WG) {
+        qs[d] = q[qb + d];
+    }
+    let p = workgroupUniformLoad(&w_pos);
+    let row0 = workgroupUniformLoad(&w_row0);
+    var start = 0u;
+    let win = pu(5);
+    if (win > 0u && p + 1u > win) {
+        start = p + 1u - win;
+    }
+    var m = NEG_BIG;
+    var l = 0.0;
+    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var j0 = start; j0 <= p; j0 += RED_WG) {
+        let j = j0 + lid;
+        var sc = NEG_BIG;
+        if (j <= p) {
+            sc = capped(kdot_fast((row0 + j) * kv_stride + kvh * hd, hd));
+        }
+        let m_new = max(m, wg_max(sc, ln));
+        var pj = 0.0;
+        if (j <= p) {
+            pj = exp(sc - m_new);
+        }
+        ps[lid] = pj;
+        // wg_sum's barriers also publish ps.
+        let corr = exp(m - m_new);
+        l = l * corr + wg_sum(pj, ln);
+        m = m_new;
+        let cnt = min(RED_WG, p + 1u - j0);
+        let vb0 = (row0 + j0) * kv_stride + kvh * hd;
+        for (var c = 0u; c < 4u; c++) {
+            let d = lid + c * RED_WG;
+            if (d < hd) {
+                var a = acc[c] * corr;
+                for (var jj = 0u; jj < cnt; jj++) {
+                    a = fma(ps[jj], vval(vb0 + jj * kv_stride + d), a);
+                }
+                acc[c] = a;
+            }
+        }
+        workgroupBarrier();
+    }
+    let inv = 1.0 / l;
+    for (var c = 0u; c < 4u; c++) {
+        let d = lid + c * RED_WG;
+        if (d < hd) {
+            out[qb + d] = acc[c] * inv;
+        }
+    }
+}
+#else
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -306,4 +407,5 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
 }
+#endif
 #endif

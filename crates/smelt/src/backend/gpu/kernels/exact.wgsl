@@ -14,17 +14,26 @@
 //   evaluations (TABLES; glibc's are within 0.51-0.56 ulp of that).
 //
 // A float-float is a vec2<f32> (hi, lo) with |lo| <= ulp(hi) / 2.
+//
+// With the FAST define (f32 activations, `--gpu-f32-acts`) none of this is
+// wanted: every function here becomes the plain hardware operation (fma,
+// /, sqrt, exp, sin, cos; float-floats keep only their high part), the
+// arithmetic llama.cpp's own GPU backends use.
 
 // a · b + c rounded once, as x86's vfmadd: the hardware's fma where it is
 // fused (FUSED_FMA, probed when the device opens); otherwise from an exact
 // product, as lavapipe's `fma` rounds the product first.
 fn fmaf(a: f32, b: f32, c: f32) -> f32 {
+#ifdef FAST
+    return fma(a, b, c);
+#else
 #ifdef FUSED_FMA
     return fma(a, b, c);
 #else
     let p = two_prod(a, b);
     let s = two_sum(p.x, c);
     return s.x + (s.y + p.y);
+#endif
 #endif
 }
 
@@ -36,7 +45,11 @@ fn fmaf4(a: vec4<f32>, b: vec4<f32>, c: vec4<f32>) -> vec4<f32> {
 // host always leaves 0. Nothing can be contracted or simplified across it
 // (float-float arithmetic relies on exact IEEE adds).
 fn opaque(x: f32) -> f32 {
+#ifdef FAST
+    return x;
+#else
     return bitcast<f32>(bitcast<u32>(x) ^ P.v[3][3]);
+#endif
 }
 
 // s + e == a + b exactly (Knuth's TwoSum).
@@ -70,11 +83,17 @@ fn two_prod(a: f32, b: f32) -> vec2<f32> {
 }
 
 fn ff_add_f(x: vec2<f32>, b: f32) -> vec2<f32> {
+#ifdef FAST
+    return vec2<f32>(x.x + b, 0.0);
+#endif
     let s = two_sum(x.x, b);
     return fast_two_sum(s.x, s.y + x.y);
 }
 
 fn ff_add(x: vec2<f32>, y: vec2<f32>) -> vec2<f32> {
+#ifdef FAST
+    return vec2<f32>(x.x + y.x, 0.0);
+#endif
     let s = two_sum(x.x, y.x);
     return fast_two_sum(s.x, s.y + (x.y + y.y));
 }
@@ -87,6 +106,9 @@ fn ff_mul(x: vec2<f32>, y: vec2<f32>) -> vec2<f32> {
 // a / b rounded to nearest, for normal finite operands: two Newton
 // corrections of the hardware quotient on exact fma residuals.
 fn div_rn(a: f32, b: f32) -> f32 {
+#ifdef FAST
+    return a / b;
+#endif
     let y = 1.0 / b;
     var q = opaque(a * y);
     q = fmaf(fmaf(-q, b, a), y, q);
@@ -96,6 +118,9 @@ fn div_rn(a: f32, b: f32) -> f32 {
 
 // sqrt(x) rounded to nearest, for x > 0.
 fn sqrt_rn(x: f32) -> f32 {
+#ifdef FAST
+    return sqrt(x);
+#endif
     var s = sqrt(x);
     let h = 0.5 / s;
     s = fmaf(fmaf(-s, s, x), h, s);
@@ -105,6 +130,9 @@ fn sqrt_rn(x: f32) -> f32 {
 
 // (hi + lo) / c rounded to nearest: f64's `sum / n` then `as f32`.
 fn ff_div_rn(x: vec2<f32>, c: f32) -> f32 {
+#ifdef FAST
+    return x.x / c;
+#endif
     let q = div_rn(x.x, c);
     let r = fmaf(-q, c, x.x);
     return q + (r + x.y) / c;
@@ -120,6 +148,9 @@ fn round_away(v: f32) -> f32 {
 // degree-6 Taylor polynomial in Horner form, times 2^n. Constants by their
 // f32 bits.
 fn cpu_exp(x_in: f32) -> f32 {
+#ifdef FAST
+    return exp(x_in);
+#endif
     let x = clamp(x_in, -87.0, 88.0);
     let n = round_away(x * bitcast<f32>(0x3fb8aa3bu));
     let r = fmaf(n, -bitcast<f32>(0xb95e8083u), fmaf(n, -bitcast<f32>(0x3f318000u), x));
@@ -166,6 +197,9 @@ fn reduce(x: f32, k: f32, c: u32) -> vec2<f32> {
 
 // libm's expf(x), correctly rounded (denormal results only roughly).
 fn exp_rn(x: f32) -> f32 {
+#ifdef FAST
+    return exp(x);
+#endif
     if (x < -104.0) {
         return 0.0;
     }
@@ -188,6 +222,9 @@ fn exp_rn(x: f32) -> f32 {
 // (sin t, cos t), each correctly rounded, for t >= 0 of moderate size
 // (RoPE angles: positions times frequencies).
 fn sincos_rn(t: f32) -> vec2<f32> {
+#ifdef FAST
+    return vec2<f32>(sin(t), cos(t));
+#endif
     let k = round(t * tab[1]);
     let r = reduce(t, k, 5u);
     let r2 = ff_mul(r, r);

@@ -103,6 +103,63 @@ fn block_dot(bo: u32, xs: array<vec4<f32>, 8>) -> f32 {
 }
 #endif
 
+#ifdef SG_ROWS
+// With subgroups of a size the host bounds: each subgroup owns 4 rows, its
+// lanes stride over the blocks, and one subgroupAdd ends the row group: no
+// workgroup barriers. Param 7: workgroups per token.
+@compute @workgroup_size({{WG}})
+fn main(
+    @builtin(subgroup_id) sg: u32,
+    @builtin(num_subgroups) nsg: u32,
+    @builtin(subgroup_invocation_id) sl: u32,
+    @builtin(subgroup_size) sgs: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let g = wg_index(wid, nwg);
+    let m = pu(0);
+    let wpt = pu(7);
+    let t = g / wpt;
+    let rg = (g % wpt) * nsg + sg;
+    // The whole subgroup shares rg and t: it leaves together.
+    if (rg >= pu(4) || t >= pu(2)) {
+        return;
+    }
+    let r0 = rg * NR;
+    let row_bytes = pu(3);
+    let nb = pu(1) / 32u;
+    let rb = vec4<u32>(
+        min(r0, m - 1u),
+        min(r0 + 1u, m - 1u),
+        min(r0 + 2u, m - 1u),
+        min(r0 + 3u, m - 1u),
+    ) * row_bytes;
+    let xb = t * nb * 8u;
+    var acc = vec4<f32>(0.0);
+    for (var b = sl; b < nb; b += sgs) {
+        let xo = xb + b * 8u;
+        let xs = array<vec4<f32>, 8>(
+            x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
+            x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
+        );
+        let bo = b * BLOCK;
+        acc += vec4<f32>(
+            block_dot(rb.x + bo, xs),
+            block_dot(rb.y + bo, xs),
+            block_dot(rb.z + bo, xs),
+            block_dot(rb.w + bo, xs),
+        );
+    }
+    let total = subgroupAdd(acc);
+    if (sl == 0u) {
+        for (var r = 0u; r < NR; r++) {
+            if (r0 + r < m) {
+                out[t * pu(5) + pu(6) + r0 + r] = total[r];
+            }
+        }
+    }
+}
+#else
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -147,3 +204,4 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
 }
+#endif

@@ -49,9 +49,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i1 = i0 + 1u;
 #endif
     var theta = f32(pos[row]);
+#ifdef FAST
+    theta *= pow(pf(4), f32(p));
+#else
     for (var i = 0u; i < p; i++) {
         theta = opaque(theta * pf(4));
     }
+#endif
     if (pu(6) != 0u) {
         theta = div_rn(theta, ff[p]);
     }
