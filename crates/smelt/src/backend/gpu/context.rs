@@ -167,9 +167,6 @@ pub struct Context {
     /// Dispatches are timed (`GpuOptions::profile` on an adapter with
     /// timestamp queries).
     pub profile: bool,
-    /// Decode mat-vecs of Q4_0/Q8_0 on f32 activations with a subgroup per
-    /// 4 rows (`Kernel::MatVecRows`), where subgroups are at most 128 wide.
-    pub matvec_rows: bool,
     /// The first uncaptured error or the device-lost reason, reported by the
     /// next call that waits on the device.
     pub error: Arc<Mutex<Option<BackendError>>>,
@@ -300,9 +297,6 @@ impl Context {
                 slot.get_or_insert(BackendError::DeviceLost(format!("{reason:?}: {msg}")));
             }
         });
-        let matvec_rows = features.subgroups
-            && report.subgroup_sizes.1 <= super::pipelines::WG_MATVEC_ROWS
-            && std::env::var_os("SMELT_MATVEC_ROWS").is_some();
         let max_binding = super::buffers::max_tensor_bytes(&limits);
         let max_weight_binding = max_binding.min(opts.max_weight_binding_bytes.unwrap_or(u64::MAX));
         Ok(Self {
@@ -317,7 +311,6 @@ impl Context {
             shader_bounds_checks: opts.shader_bounds_checks,
             quantize_activations: opts.quantize_activations,
             profile,
-            matvec_rows,
             error,
         })
     }

@@ -11,7 +11,7 @@ use crate::backend::{
 use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pipelines::{
-    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, WG_MATVEC_ROWS, has_min,
+    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min, matvec_rows,
 };
 use super::{GpuBackend, MatIn, P, Pending, params};
 
@@ -396,7 +396,13 @@ impl GpuBackend {
     fn matmul_cols(&mut self, w: Tensor, x: Tensor, out: Tensor, o0: usize) -> Result<()> {
         let (m, k, n, ldo) = (w.rows, w.cols, x.rows, out.cols);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
-        let input = self.matmul_input(w.dtype, x)?;
+        // Prefill on cooperative matrices reads f16 activations.
+        let coop = (self.ctx.features.coop != 0
+            && !self.ctx.quantize_activations
+            && n > MATVEC_MAX_TOKENS
+            && k.is_multiple_of(32))
+        .then(|| self.ctx.features.coop_tile().1);
+        let input = self.matmul_input(w.dtype, x, coop)?;
         self.wrote(out);
         match input {
             MatIn::Q8([xq, xd, xs]) => {
@@ -419,34 +425,8 @@ impl GpuBackend {
                     (groups * n.div_ceil(tokens)) as u64,
                 )
             }
-            MatIn::F32(x)
-                if n <= MATVEC_MAX_TOKENS
-                    && self.ctx.matvec_rows
-                    && Kernel::MatVecRows(w.dtype).builds_with(self.ctx.features) =>
-            {
-                // Row groups of 4, one per subgroup; the grid assumes the
-                // largest subgroup, so any smaller one still covers m.
-                let groups = m.div_ceil(4);
-                let per_wg = (WG_MATVEC_ROWS / self.ctx.report.subgroup_sizes.1.max(1)).max(1);
-                let wpt = groups.div_ceil(per_wg as usize);
-                self.run(
-                    Kernel::MatVecRows(w.dtype),
-                    params(&[
-                        u(m),
-                        u(k),
-                        u(n),
-                        u(row_bytes),
-                        u(groups),
-                        u(ldo),
-                        u(o0),
-                        u(wpt),
-                    ]),
-                    &[w, x, out],
-                    (wpt * n) as u64,
-                )
-            }
             MatIn::F32(x) if n <= MATVEC_MAX_TOKENS => {
-                let blocks = m.div_ceil(4);
+                let blocks = m.div_ceil(matvec_rows(w.dtype));
                 self.run(
                     Kernel::MatVec(w.dtype),
                     params(&[u(m), u(k), u(n), u(row_bytes), u(blocks), u(ldo), u(o0)]),
@@ -454,14 +434,23 @@ impl GpuBackend {
                     (blocks * n) as u64,
                 )
             }
-            MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
-                let (tm, tn) = self.ctx.features.coop_tile();
+            MatIn::F16(xh) => {
+                let (tm, _) = self.ctx.features.coop_tile();
                 let tiles_m = m.div_ceil(tm);
                 self.run(
                     Kernel::MatMulCoop(w.dtype),
-                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
-                    &[w, x, out],
-                    (tiles_m * n.div_ceil(tn)) as u64,
+                    params(&[
+                        u(m),
+                        u(k),
+                        u(n),
+                        u(row_bytes),
+                        u(tiles_m),
+                        u(ldo),
+                        u(o0),
+                        u(xh.rows),
+                    ]),
+                    &[w, xh, out],
+                    (tiles_m * xh.rows.div_ceil(coop.unwrap_or(1))) as u64,
                 )
             }
             MatIn::F32(x) => {

@@ -108,9 +108,6 @@ pub enum Kernel {
     GetRows(GgmlType),
     /// One workgroup per (token, output row): decode, f32 activations.
     MatVec(GgmlType),
-    /// Q4_0 / Q8_0 decode with subgroups: 4 rows per subgroup, no
-    /// workgroup barriers (`matvec_blocks.wgsl`'s SG_ROWS).
-    MatVecRows(GgmlType),
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
@@ -198,7 +195,6 @@ pub enum Access {
 
 /// Workgroup size of the kernels that reduce across a workgroup.
 const WG_MATVEC: u32 = 64;
-pub const WG_MATVEC_ROWS: u32 = 128;
 const WG_ROW: u32 = 256;
 const WG_ATTENTION: u32 = 64;
 
@@ -211,7 +207,6 @@ impl Kernel {
             v.extend([
                 Kernel::GetRows(t),
                 Kernel::MatVec(t),
-                Kernel::MatVecRows(t),
                 Kernel::MatMul(t),
                 Kernel::MatMulCoop(t),
             ]);
@@ -265,7 +260,6 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
-            Kernel::MatVecRows(t) => f.subgroups && matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0),
             _ => true,
         }
     }
@@ -277,7 +271,7 @@ impl Kernel {
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
-            Kernel::MatVec(_) | Kernel::MatVecRows(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
+            Kernel::MatVec(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -324,17 +318,14 @@ impl Kernel {
             defines.push(("TAB", self.bindings().len().to_string()));
         };
         match self {
-            Kernel::MatVecRows(t) => {
-                type_defines(t, &mut def);
-                wg = WG_MATVEC_ROWS;
-                def("SG_ROWS");
-                parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
-            }
             // Q4_0 and Q8_0 decode: whole blocks per invocation.
             Kernel::MatVec(t @ (GgmlType::Q4_0 | GgmlType::Q8_0)) => {
                 type_defines(t, &mut def);
                 wg = WG_MATVEC;
                 def("REDUCE4");
+                if matvec_rows(t) == 8 {
+                    def("ROWS8");
+                }
                 parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
             }
             Kernel::MatMulCoop(t) => {
@@ -375,12 +366,12 @@ impl Kernel {
                 if weight {
                     def("WEIGHT");
                 }
-                parts.extend([src::EXACT, src::NORM]);
+                parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
             Kernel::RmsNormQ8 => {
                 def("WEIGHT");
                 def("Q8");
-                parts.extend([src::EXACT, src::NORM]);
+                parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
             Kernel::Rope(mode) => {
                 if mode == RopeMode::Neox {
@@ -487,6 +478,16 @@ impl Kernel {
             out.push('\n');
         }
         out
+    }
+}
+
+/// Rows per workgroup of the f32-activation mat-vec of weight type `t`.
+pub fn matvec_rows(t: GgmlType) -> usize {
+    let blocks = matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0);
+    if blocks && std::env::var_os("SMELT_MATVEC8").is_some() {
+        8
+    } else {
+        4
     }
 }
 

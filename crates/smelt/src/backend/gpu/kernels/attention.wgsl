@@ -244,17 +244,32 @@ fn vval(e: u32) -> f32 {
 // key, the chunk's max and sum come from workgroup reductions, and each
 // invocation adds the chunk's weighted values into its own output dims.
 // One exp per key, not one per key and invocation.
-fn kdot_fast(e: u32, hd: u32) -> f32 {
-    var s = 0.0;
-    for (var d = 0u; d < hd; d += 2u) {
+fn k2_at(e: u32) -> vec2<f32> {
 #ifdef KV_F16
-        let k2 = kv2(kc[(e + d) / 2u]);
+    return kv2(kc[e / 2u]);
 #else
-        let k2 = vec2<f32>(kc[e + d], kc[e + d + 1u]);
+    return vec2<f32>(kc[e], kc[e + 1u]);
 #endif
-        s = fma(qs[d], k2.x, fma(qs[d + 1u], k2.y, s));
+}
+
+// q · k over a key head; 4 independent sums keep 4 loads in flight
+// (head_dim is even; a multiple of 8 takes the fast loop whole).
+fn kdot_fast(e: u32, hd: u32) -> f32 {
+    var s = vec4<f32>(0.0);
+    var d = 0u;
+    for (; d + 8u <= hd; d += 8u) {
+        let a = k2_at(e + d);
+        let b = k2_at(e + d + 2u);
+        let c = k2_at(e + d + 4u);
+        let f = k2_at(e + d + 6u);
+        s = fma(vec4<f32>(qs[d], qs[d + 2u], qs[d + 4u], qs[d + 6u]), vec4<f32>(a.x, b.x, c.x, f.x), s);
+        s = fma(vec4<f32>(qs[d + 1u], qs[d + 3u], qs[d + 5u], qs[d + 7u]), vec4<f32>(a.y, b.y, c.y, f.y), s);
     }
-    return s;
+    for (; d < hd; d += 2u) {
+        let k2 = k2_at(e + d);
+        s.x = fma(qs[d], k2.x, fma(qs[d + 1u], k2.y, s.x));
+    }
+    return (s.x + s.y) + (s.z + s.w);
 }
 
 @compute @workgroup_size({{WG}})
@@ -311,11 +326,24 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         for (var c = 0u; c < 4u; c++) {
             let d = lid + c * RED_WG;
             if (d < hd) {
-                var a = acc[c] * corr;
-                for (var jj = 0u; jj < cnt; jj++) {
-                    a = fma(ps[jj], vval(vb0 + jj * kv_stride + d), a);
+                // 4 keys a step, 4 independent sums: the value loads of a
+                // step are in flight together.
+                var a = vec4<f32>(acc[c] * corr, 0.0, 0.0, 0.0);
+                var jj = 0u;
+                for (; jj + 4u <= cnt; jj += 4u) {
+                    let vb = vb0 + jj * kv_stride + d;
+                    let v = vec4<f32>(
+                        vval(vb),
+                        vval(vb + kv_stride),
+                        vval(vb + 2u * kv_stride),
+                        vval(vb + 3u * kv_stride),
+                    );
+                    a = fma(vec4<f32>(ps[jj], ps[jj + 1u], ps[jj + 2u], ps[jj + 3u]), v, a);
                 }
-                acc[c] = a;
+                for (; jj < cnt; jj++) {
+                    a.x = fma(ps[jj], vval(vb0 + jj * kv_stride + d), a.x);
+                }
+                acc[c] = (a.x + a.y) + (a.z + a.w);
             }
         }
         workgroupBarrier();

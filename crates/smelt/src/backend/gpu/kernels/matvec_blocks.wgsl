@@ -26,7 +26,11 @@
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;     // (n, k / 4)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
 
+#ifdef ROWS8
+const NR: u32 = 8u;
+#else
 const NR: u32 = 4u;
+#endif
 const BIG: u32 = 0x4b000000u; // 2^23 as f32 bits
 
 // Bytes 0..4 of w, each (byte & mask) ^ flip or'ed into 2^23, as floats
@@ -103,63 +107,6 @@ fn block_dot(bo: u32, xs: array<vec4<f32>, 8>) -> f32 {
 }
 #endif
 
-#ifdef SG_ROWS
-// With subgroups of a size the host bounds: each subgroup owns 4 rows, its
-// lanes stride over the blocks, and one subgroupAdd ends the row group: no
-// workgroup barriers. Param 7: workgroups per token.
-@compute @workgroup_size({{WG}})
-fn main(
-    @builtin(subgroup_id) sg: u32,
-    @builtin(num_subgroups) nsg: u32,
-    @builtin(subgroup_invocation_id) sl: u32,
-    @builtin(subgroup_size) sgs: u32,
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-) {
-    let g = wg_index(wid, nwg);
-    let m = pu(0);
-    let wpt = pu(7);
-    let t = g / wpt;
-    let rg = (g % wpt) * nsg + sg;
-    // The whole subgroup shares rg and t: it leaves together.
-    if (rg >= pu(4) || t >= pu(2)) {
-        return;
-    }
-    let r0 = rg * NR;
-    let row_bytes = pu(3);
-    let nb = pu(1) / 32u;
-    let rb = vec4<u32>(
-        min(r0, m - 1u),
-        min(r0 + 1u, m - 1u),
-        min(r0 + 2u, m - 1u),
-        min(r0 + 3u, m - 1u),
-    ) * row_bytes;
-    let xb = t * nb * 8u;
-    var acc = vec4<f32>(0.0);
-    for (var b = sl; b < nb; b += sgs) {
-        let xo = xb + b * 8u;
-        let xs = array<vec4<f32>, 8>(
-            x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
-            x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
-        );
-        let bo = b * BLOCK;
-        acc += vec4<f32>(
-            block_dot(rb.x + bo, xs),
-            block_dot(rb.y + bo, xs),
-            block_dot(rb.z + bo, xs),
-            block_dot(rb.w + bo, xs),
-        );
-    }
-    let total = subgroupAdd(acc);
-    if (sl == 0u) {
-        for (var r = 0u; r < NR; r++) {
-            if (r0 + r < m) {
-                out[t * pu(5) + pu(6) + r0 + r] = total[r];
-            }
-        }
-    }
-}
-#else
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -180,6 +127,15 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         min(r0 + 3u, m - 1u),
     ) * row_bytes;
     let xb = t * nb * 8u;
+#ifdef ROWS8
+    let rb2 = vec4<u32>(
+        min(r0 + 4u, m - 1u),
+        min(r0 + 5u, m - 1u),
+        min(r0 + 6u, m - 1u),
+        min(r0 + 7u, m - 1u),
+    ) * row_bytes;
+    var acc2 = vec4<f32>(0.0);
+#endif
     var acc = vec4<f32>(0.0);
     for (var b = ln.lid; b < nb; b += RED_WG) {
         let xo = xb + b * 8u;
@@ -194,14 +150,29 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             block_dot(rb.z + bo, xs),
             block_dot(rb.w + bo, xs),
         );
+#ifdef ROWS8
+        acc2 += vec4<f32>(
+            block_dot(rb2.x + bo, xs),
+            block_dot(rb2.y + bo, xs),
+            block_dot(rb2.z + bo, xs),
+            block_dot(rb2.w + bo, xs),
+        );
+#endif
     }
     let total = wg_sum4(acc, ln);
+#ifdef ROWS8
+    let total2 = wg_sum4(acc2, ln);
+#endif
     if (ln.lid == 0u) {
-        for (var r = 0u; r < NR; r++) {
+        for (var r = 0u; r < 4u; r++) {
             if (r0 + r < m) {
                 out[t * pu(5) + pu(6) + r0 + r] = total[r];
             }
+#ifdef ROWS8
+            if (r0 + 4u + r < m) {
+                out[t * pu(5) + pu(6) + r0 + 4u + r] = total2[r];
+            }
+#endif
         }
     }
 }
-#endif

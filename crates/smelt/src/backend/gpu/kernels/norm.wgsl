@@ -28,7 +28,8 @@ const NORM_WG: u32 = {{WG}}u;
 var<workgroup> partial: array<vec2<f32>, NORM_WG>; // (WG) float-float sums
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lid = ln.lid;
     let r = wg_index(wid, nwg);
     let cols = pu(1);
     if (r >= pu(0)) {
@@ -39,6 +40,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var c = lid; c < cols; c += NORM_WG) {
         ss = ff_add_f(ss, opaque(x[b + c] * x[b + c]));
     }
+#ifdef FAST
+    // Plain f32: one workgroup reduction (subgroups where there are).
+    let mean = wg_sum(ss.x, ln) / f32(cols);
+#else
     partial[lid] = ss;
     for (var s = NORM_WG / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
@@ -48,6 +53,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     }
     workgroupBarrier();
     let mean = ff_div_rn(partial[0], f32(cols));
+#endif
     let scale = div_rn(1.0, sqrt_rn(mean + pf(2)));
 #ifdef Q8
     // One invocation per block of 32 (cols is a whole number of them).
