@@ -46,7 +46,7 @@ pub struct GpuBackend {
     acts: Acts,
     /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
     /// anything may have written that tensor.
-    acts_of: Option<(u32, usize, usize, Rounding)>,
+    acts_of: Option<(u32, usize, usize, ActQuant)>,
     /// An rms_norm or GLU not yet dispatched: the next matmul on its
     /// output fuses it with its Q8 rounding (`RmsNormQ8`, `GluQ8`);
     /// anything else dispatches it as it is first.
@@ -134,18 +134,6 @@ struct Acts {
     /// Q8 blocks: quants 4 per word (`1 × capacity / 4` I32), scales and
     /// sums (`1 × capacity / 32` F32 each).
     q8: Option<[Tensor; 3]>,
-    /// f16 activations for cooperative matrices (`1 × n` F16), sized on
-    /// their own.
-    half: Option<Tensor>,
-}
-
-/// What the activation buffers hold for `acts_of`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Rounding {
-    /// ggml's rounding for a weight type.
-    Ggml(ActQuant),
-    /// f16 values for cooperative matrices.
-    Half,
 }
 
 /// The input a matmul kernel reads.
@@ -154,8 +142,6 @@ enum MatIn {
     F32(Tensor),
     /// Q8 blocks: quants, scales, sums.
     Q8([Tensor; 3]),
-    /// f16 values, rows padded to whole tiles (cooperative matrices).
-    F16(Tensor),
 }
 
 impl GpuBackend {
@@ -335,13 +321,7 @@ impl GpuBackend {
     /// `x` rounded as ggml rounds a matmul's activations for weights of
     /// type `w`, or `x` itself. Consecutive matmuls on the same input (Q, K,
     /// V; gate, up) share one rounding.
-    ///
-    /// With `coop` (f32 activations into `matmul_coop.wgsl`), `x` as f16
-    /// in a buffer padded to whole tiles of `tn` tokens instead.
-    fn matmul_input(&mut self, w: GgmlType, x: Tensor, coop: Option<usize>) -> Result<MatIn> {
-        if let Some(tn) = coop {
-            return self.half_input(x, tn);
-        }
+    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<MatIn> {
         let Some(q) = ActQuant::for_weight(w).filter(|_| self.ctx.quantize_activations) else {
             return Ok(MatIn::F32(x));
         };
@@ -386,22 +366,21 @@ impl GpuBackend {
         };
         let fused = self.pending.filter(|p| p.out() == x).zip(match &input {
             MatIn::Q8(bufs) => Some(*bufs),
-            MatIn::F32(_) | MatIn::F16(_) => None,
+            MatIn::F32(_) => None,
         });
         if let Some((p, bufs)) = fused {
             // The op and the rounding in one dispatch.
             self.pending = None;
             let (kernel, params, bound, groups) = p.dispatch(Some(bufs));
             self.run(kernel, params, &bound, groups)?;
-            self.acts_of = Some((x.id, x.rows, x.cols, Rounding::Ggml(q)));
+            self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
-        if self.acts_of != Some((x.id, x.rows, x.cols, Rounding::Ggml(q))) {
+        if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
             let n = x.n_elements();
-            // `input` is Q8 blocks or rounded F32 values here.
-            let (threads, bound) = match (&input, q) {
-                (MatIn::Q8([xq, xd, xs]), _) => (n / 32, vec![x, *xq, *xd, *xs]),
-                (MatIn::F32(v) | MatIn::F16(v), ActQuant::F16) => (n, vec![x, *v]),
-                (MatIn::F32(v) | MatIn::F16(v), _) => (n / 256, vec![x, *v]),
+            let (threads, bound) = match &input {
+                MatIn::Q8([xq, xd, xs]) => (n / 32, vec![x, *xq, *xd, *xs]),
+                MatIn::F32(v) if q == ActQuant::F16 => (n, vec![x, *v]),
+                MatIn::F32(v) => (n / 256, vec![x, *v]),
             };
             let wg = if q == ActQuant::F16 { 256 } else { 64 };
             self.run(
@@ -410,36 +389,9 @@ impl GpuBackend {
                 &bound,
                 threads.div_ceil(wg) as u64,
             )?;
-            self.acts_of = Some((x.id, x.rows, x.cols, Rounding::Ggml(q)));
+            self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
         Ok(input)
-    }
-
-    /// `x` converted to f16 once for consecutive coop matmuls, in rows
-    /// padded to a multiple of `tn` (the tail rows are never stored).
-    fn half_input(&mut self, x: Tensor, tn: usize) -> Result<MatIn> {
-        let rows = x.rows.div_ceil(tn) * tn;
-        let need = rows * x.cols;
-        if self.acts.half.is_none_or(|h| h.cols < need) {
-            self.acts.half = Some(self.alloc_tensor(GgmlType::F16, 1, need.next_multiple_of(2))?);
-            self.acts_of = None;
-        }
-        let half = self.acts.half.expect("allocated above");
-        let key = (x.id, x.rows, x.cols, Rounding::Half);
-        if self.acts_of != Some(key) {
-            let n = x.n_elements();
-            self.run(
-                Kernel::Copy {
-                    src: GgmlType::F32,
-                    dst: GgmlType::F16,
-                },
-                params(&[P::U(n as u32)]),
-                &[x, half],
-                n.div_ceil(2).div_ceil(256) as u64,
-            )?;
-            self.acts_of = Some(key);
-        }
-        Ok(MatIn::F16(half.reshape(rows, x.cols)))
     }
 
     /// Dispatches the held-back op, if any, as it is.

@@ -11,7 +11,7 @@ use crate::backend::{
 use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pipelines::{
-    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min, matvec_rows,
+    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
 use super::{GpuBackend, MatIn, P, Pending, params};
 
@@ -396,13 +396,7 @@ impl GpuBackend {
     fn matmul_cols(&mut self, w: Tensor, x: Tensor, out: Tensor, o0: usize) -> Result<()> {
         let (m, k, n, ldo) = (w.rows, w.cols, x.rows, out.cols);
         let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
-        // Prefill on cooperative matrices reads f16 activations.
-        let coop = (self.ctx.features.coop != 0
-            && !self.ctx.quantize_activations
-            && n > MATVEC_MAX_TOKENS
-            && k.is_multiple_of(32))
-        .then(|| self.ctx.features.coop_tile().1);
-        let input = self.matmul_input(w.dtype, x, coop)?;
+        let input = self.matmul_input(w.dtype, x)?;
         self.wrote(out);
         match input {
             MatIn::Q8([xq, xd, xs]) => {
@@ -426,7 +420,7 @@ impl GpuBackend {
                 )
             }
             MatIn::F32(x) if n <= MATVEC_MAX_TOKENS => {
-                let blocks = m.div_ceil(matvec_rows(w.dtype));
+                let blocks = m.div_ceil(4);
                 self.run(
                     Kernel::MatVec(w.dtype),
                     params(&[u(m), u(k), u(n), u(row_bytes), u(blocks), u(ldo), u(o0)]),
@@ -434,23 +428,14 @@ impl GpuBackend {
                     (blocks * n) as u64,
                 )
             }
-            MatIn::F16(xh) => {
-                let (tm, _) = self.ctx.features.coop_tile();
+            MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
+                let (tm, tn) = self.ctx.features.coop_tile();
                 let tiles_m = m.div_ceil(tm);
                 self.run(
                     Kernel::MatMulCoop(w.dtype),
-                    params(&[
-                        u(m),
-                        u(k),
-                        u(n),
-                        u(row_bytes),
-                        u(tiles_m),
-                        u(ldo),
-                        u(o0),
-                        u(xh.rows),
-                    ]),
-                    &[w, xh, out],
-                    (tiles_m * xh.rows.div_ceil(coop.unwrap_or(1))) as u64,
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
+                    &[w, x, out],
+                    (tiles_m * n.div_ceil(tn)) as u64,
                 )
             }
             MatIn::F32(x) => {

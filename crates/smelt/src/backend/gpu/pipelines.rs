@@ -175,14 +175,10 @@ impl ShaderFeatures {
     }
 }
 
-/// Fragments per subgroup (along rows, along tokens) for a fragment size.
+/// Fragments per subgroup (along rows, along tokens) for a fragment size:
+/// on the H100, 2 × 2 of 16 ran 1b prefill at 10489 t/s, 4 × 2 at 8946,
+/// 2 × 4 at 9377 and 4 × 4 at 7470.
 fn coop_fragments(fs: u32) -> (usize, usize) {
-    if let Ok(v) = std::env::var("SMELT_COOP_TILE")
-        && let Some((a, b)) = v.split_once('x')
-        && let (Ok(a), Ok(b)) = (a.parse(), b.parse())
-    {
-        return (a, b);
-    }
     if fs == 8 { (4, 4) } else { (2, 2) }
 }
 
@@ -323,9 +319,6 @@ impl Kernel {
                 type_defines(t, &mut def);
                 wg = WG_MATVEC;
                 def("REDUCE4");
-                if matvec_rows(t) == 8 {
-                    def("ROWS8");
-                }
                 parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
             }
             Kernel::MatMulCoop(t) => {
@@ -478,16 +471,6 @@ impl Kernel {
             out.push('\n');
         }
         out
-    }
-}
-
-/// Rows per workgroup of the f32-activation mat-vec of weight type `t`.
-pub fn matvec_rows(t: GgmlType) -> usize {
-    let blocks = matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0);
-    if blocks && std::env::var_os("SMELT_MATVEC8").is_some() {
-        8
-    } else {
-        4
     }
 }
 

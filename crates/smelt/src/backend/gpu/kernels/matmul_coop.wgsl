@@ -7,12 +7,10 @@
 // tile of OUT as fragments of FS × FS. Its 4 subgroups form a 2 × 2 grid;
 // each holds FN × FM accumulators (TN / 2 tokens × TM / 2 rows).
 //
-// The activations come as f16, converted once per input by the host's
-// copy, in rows padded to whole tiles: each subgroup loads its A fragments
-// straight from there. Per step of TK = 32 along k, the workgroup decodes
-// the weight tile from its GGUF blocks (`dq8`, 8 values per call) into
-// workgroup memory as [row][k] with LDS halves per row, where the
-// subgroups load their B fragments.
+// Per step of TK = 32 along k, the workgroup decodes the weight tile from
+// its GGUF blocks (`dq8`, 8 values per call) and rounds the activations to
+// f16, both into workgroup memory as [row or token][k] with LDS halves per
+// row; each subgroup then loads its fragments from there and multiplies.
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
@@ -21,11 +19,10 @@
 // NVIDIA, AMD, Intel) or FS = 8 (Metal's simdgroup matrices).
 //
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
-// (m, or more when w is a part of a split weight), 6 out's first column,
-// 7 rows of xh (n padded to whole tiles).
+// (m, or more when w is a part of a split weight), 6 out's first column.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
-@group(0) @binding(2) var<storage, read> xh: array<f16>;         // (rows, k)
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // (n, k / 4)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (n, m)
 
 const FS: u32 = {{FS}}u;
@@ -40,6 +37,7 @@ const LDS: u32 = TK + 8u;
 const WG: u32 = 128u;
 
 var<workgroup> ws: array<f16, TM * LDS>; // weight rows × k
+var<workgroup> xs: array<f16, TN * LDS>; // tokens × k
 var<workgroup> cs: array<f32, 4u * FS * FS>; // one accumulator per subgroup
 
 @compute @workgroup_size(128)
@@ -78,13 +76,21 @@ fn main(
                 ws[o + 4u + e] = f16(v.b[e]);
             }
         }
+        // Activations: TN tokens × 8 vec4s.
+        for (var i = lid; i < TN * 8u; i += WG) {
+            let tt = i / 8u;
+            let c4 = i % 8u;
+            let t = min(t0 + tt, n - 1u);
+            let v = x[(t * k + k0) / 4u + c4];
+            let o = tt * LDS + 4u * c4;
+            for (var e = 0u; e < 4u; e++) {
+                xs[o + e] = f16(v[e]);
+            }
+        }
         workgroupBarrier();
         for (var kk = 0u; kk < TK; kk += FS) {
             for (var j = 0u; j < FN; j++) {
-                // A workgroup past the tiles (a grid spilled into y) reads
-                // the last tile again.
-                let ta = min(t0 + st + j * FS, pu(7) - FS);
-                let a = coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&xh[ta * k + k0 + kk], k);
+                let a = coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&xs[(st + j * FS) * LDS + kk], LDS);
                 for (var i = 0u; i < FM; i++) {
                     let b = coopLoad<coop_mat{{FS}}x{{FS}}<f16, B>>(&ws[(sr + i * FS) * LDS + kk], LDS);
                     acc[j * FM + i] = coopMultiplyAdd(a, b, acc[j * FM + i]);

@@ -26,11 +26,7 @@
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;     // (n, k / 4)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
 
-#ifdef ROWS8
-const NR: u32 = 8u;
-#else
 const NR: u32 = 4u;
-#endif
 const BIG: u32 = 0x4b000000u; // 2^23 as f32 bits
 
 // Bytes 0..4 of w, each (byte & mask) ^ flip or'ed into 2^23, as floats
@@ -127,15 +123,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         min(r0 + 3u, m - 1u),
     ) * row_bytes;
     let xb = t * nb * 8u;
-#ifdef ROWS8
-    let rb2 = vec4<u32>(
-        min(r0 + 4u, m - 1u),
-        min(r0 + 5u, m - 1u),
-        min(r0 + 6u, m - 1u),
-        min(r0 + 7u, m - 1u),
-    ) * row_bytes;
-    var acc2 = vec4<f32>(0.0);
-#endif
     var acc = vec4<f32>(0.0);
     for (var b = ln.lid; b < nb; b += RED_WG) {
         let xo = xb + b * 8u;
@@ -150,29 +137,13 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             block_dot(rb.z + bo, xs),
             block_dot(rb.w + bo, xs),
         );
-#ifdef ROWS8
-        acc2 += vec4<f32>(
-            block_dot(rb2.x + bo, xs),
-            block_dot(rb2.y + bo, xs),
-            block_dot(rb2.z + bo, xs),
-            block_dot(rb2.w + bo, xs),
-        );
-#endif
     }
     let total = wg_sum4(acc, ln);
-#ifdef ROWS8
-    let total2 = wg_sum4(acc2, ln);
-#endif
     if (ln.lid == 0u) {
-        for (var r = 0u; r < 4u; r++) {
+        for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
                 out[t * pu(5) + pu(6) + r0 + r] = total[r];
             }
-#ifdef ROWS8
-            if (r0 + 4u + r < m) {
-                out[t * pu(5) + pu(6) + r0 + 4u + r] = total2[r];
-            }
-#endif
         }
     }
 }
