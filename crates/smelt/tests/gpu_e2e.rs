@@ -13,7 +13,11 @@ use smelt::model::{Batch, Session, SessionParams};
 const REFERENCE: &str = "smollm2-135m-q4_1-greedy.json";
 
 fn session(n_outputs: usize) -> Session {
-    let gpu = GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)");
+    session_with(n_outputs, &GpuOptions::default())
+}
+
+fn session_with(n_outputs: usize, opts: &GpuOptions) -> Session {
+    let gpu = GpuBackend::new(opts).expect("a GPU adapter (lavapipe in CI)");
     let params = SessionParams {
         n_ctx: Some(128),
         n_outputs,
@@ -29,10 +33,32 @@ fn session(n_outputs: usize) -> Session {
 /// worst prompt measured 0.045).
 #[test]
 fn smollm2_on_gpu_agrees_with_llama_cpp_teacher_forced() {
-    let mut s = session(64);
+    teacher_forced_within(&mut session(64), 0.05);
+}
+
+/// The same in the f32-activation mode (`--gpu-f32-acts`: plain hardware
+/// arithmetic, activations never rounded to 8 bits, cooperative matrices
+/// where the adapter has them), which computes the f32 maths of the CPU
+/// reference rather than ggml's rounding: the same top-1 at every clear
+/// step, and a slightly looser mean bound (measured worst prompt 0.047 on
+/// lavapipe). Free-running greedy does not follow llama.cpp's clear
+/// prefixes in this mode: the first prompt parts at step 5.
+#[test]
+fn smollm2_f32_mode_on_gpu_agrees_with_llama_cpp_teacher_forced() {
+    let opts = GpuOptions {
+        quantize_activations: false,
+        ..GpuOptions::default()
+    };
+    teacher_forced_within(&mut session_with(64, &opts), F32_MODE_BOUND);
+}
+
+/// Mean |Δ logprob| allowed in the f32-activation mode.
+const F32_MODE_BOUND: f64 = 0.06;
+
+fn teacher_forced_within(s: &mut Session, bound: f64) {
     let mut worst = 0f64;
     for case in cases(REFERENCE) {
-        let (checked, bad, mean) = teacher_forced(&mut s, &case);
+        let (checked, bad, mean) = teacher_forced(s, &case);
         eprintln!(
             "{:?}: {checked} clear steps, mean |Δ logprob| {mean:.4}",
             case.prompt
@@ -41,7 +67,8 @@ fn smollm2_on_gpu_agrees_with_llama_cpp_teacher_forced() {
         assert!(bad.is_empty(), "{:?}: top-1 differs: {bad:?}", case.prompt);
         worst = worst.max(mean);
     }
-    assert!(worst <= 0.05, "mean |Δ logprob| {worst} > 0.05 nats");
+    eprintln!("worst mean |Δ logprob| {worst:.4}");
+    assert!(worst <= bound, "mean |Δ logprob| {worst} > {bound} nats");
 }
 
 /// Free-running greedy decoding, one token per submission, reproduces
