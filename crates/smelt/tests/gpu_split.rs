@@ -150,3 +150,30 @@ fn a_row_over_the_binding_limit_is_refused_with_the_limit() {
     let out = g.alloc(F32, 8, 1024).unwrap();
     assert!(g.add(split, split, out).is_err());
 }
+
+/// The f32-activation mode repacks Q4_0 and Q8_0 into superblocks per
+/// part: a split weight gives the same bits as the whole one.
+#[test]
+fn f32_mode_split_repacked_weights_match_the_whole() {
+    let f32_mode = |limit| GpuOptions {
+        max_weight_binding_bytes: limit,
+        quantize_activations: false,
+        ..GpuOptions::default()
+    };
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut split = GpuBackend::new(&f32_mode(Some(LIMIT))).unwrap();
+    let mut whole = GpuBackend::new(&f32_mode(None)).unwrap();
+    // 301 rows: the parts and the whole end in partial superblocks.
+    let (m, k) = (301, 256);
+    let ids = [0, 300, 57, 150, 1, 233, 64, 298];
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        let w = weight_bytes(&mut rng, t, m, k);
+        for n in [1, 3, 70] {
+            let x: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-2.0..2.0)).collect();
+            let got = run(&mut split, t, &w, (m, k), &ids, &x);
+            let want = run(&mut whole, t, &w, (m, k), &ids, &x);
+            assert_eq!(got.0, want.0, "get_rows {t} n={n}");
+            assert_eq!(got.1, want.1, "matmul {t} n={n}");
+        }
+    }
+}

@@ -98,14 +98,26 @@ impl Buffers {
                 data.len()
             )));
         }
+        // A repacked weight takes whole superblocks: up to 7 blocks more.
+        let repacked = ctx.features.repacks(dtype);
+        let bytes = if repacked {
+            (bytes / dtype.type_size() as u64).div_ceil(8) * 8 * dtype.type_size() as u64
+        } else {
+            bytes
+        };
         let buffer = create(ctx, name, bytes, true, ctx.max_weight_binding)?;
         {
             let mut view = buffer
                 .get_mapped_range_mut(..)
                 .map_err(|e| BackendError::Other(format!("mapping weight {name}: {e}")))?;
-            let n = data.len();
+            let n = bytes as usize;
             let pad = view.len() - n;
-            view.slice(..n).copy_from_slice(data);
+            if repacked {
+                view.slice(..n)
+                    .copy_from_slice(&repack(data, dtype.type_size()));
+            } else {
+                view.slice(..n).copy_from_slice(data);
+            }
             view.slice(n..).copy_from_slice(&[0u8; 8][..pad]);
         }
         buffer.unmap();
@@ -139,7 +151,11 @@ impl Buffers {
     ) -> Result<Tensor> {
         let row_bytes = tensor_bytes(name, dtype, 1, cols)?;
         // padded() adds at most 7 bytes.
-        let per_part = (ctx.max_weight_binding.saturating_sub(8) / row_bytes.max(1)) as usize;
+        // Room for a repacked part's padding to whole superblocks too.
+        let room = ctx
+            .max_weight_binding
+            .saturating_sub(8 + 8 * dtype.type_size() as u64);
+        let per_part = (room / row_bytes.max(1)) as usize;
         if per_part == 0 {
             return Err(BackendError::TooLarge {
                 what: format!(
@@ -198,6 +214,23 @@ impl Buffers {
             cols,
         }
     }
+}
+
+/// Q4_0 or Q8_0 blocks (`size` bytes: an f16 scale, then the quants)
+/// regrouped 8 to a superblock: the 8 blocks' quants, then their 8 scales
+/// (quant.wgsl's REPACKED). A last partial superblock is padded with zero
+/// blocks. The same bytes in another order: nothing is rounded.
+pub fn repack(data: &[u8], size: usize) -> Vec<u8> {
+    let q = size - 2;
+    let blocks = data.len() / size;
+    let mut out = vec![0u8; blocks.div_ceil(8) * 8 * size];
+    for (b, block) in data.chunks_exact(size).enumerate() {
+        let sb = &mut out[(b / 8) * 8 * size..][..8 * size];
+        let j = b % 8;
+        sb[j * q..(j + 1) * q].copy_from_slice(&block[2..]);
+        sb[8 * q + 2 * j..8 * q + 2 * j + 2].copy_from_slice(&block[..2]);
+    }
+    out
 }
 
 fn tensor_bytes(what: &str, dtype: GgmlType, rows: usize, cols: usize) -> Result<u64> {

@@ -215,7 +215,11 @@ impl GpuBackend {
         let over = dtype
             .row_bytes(cols)
             .and_then(|r| r.checked_mul(rows))
-            .is_some_and(|b| buffers::padded(b as u64) > self.ctx.max_weight_binding);
+            .is_some_and(|b| {
+                // A repacked weight may grow by up to 7 blocks.
+                let b = (b + 7 * dtype.type_size()) as u64;
+                buffers::padded(b) > self.ctx.max_weight_binding
+            });
         if over && WEIGHT_TYPES.contains(&dtype) {
             return self
                 .buffers

@@ -45,6 +45,16 @@ fn u(x: usize) -> P {
 }
 
 impl GpuBackend {
+    /// What kernels take as a weight's row stride: bytes per row, or for
+    /// a repacked weight blocks per row (offsets count blocks there).
+    fn row_param(&self, dtype: GgmlType, cols: usize) -> usize {
+        if self.ctx.features.repacks(dtype) {
+            cols / dtype.block_size()
+        } else {
+            dtype.row_bytes(cols).unwrap_or(0)
+        }
+    }
+
     fn require(&self, op: Op, dtype: GgmlType) -> Result<()> {
         if self.supports(op, dtype) {
             Ok(())
@@ -139,7 +149,7 @@ impl Backend for GpuBackend {
         self.require(Op::GetRows, table.dtype)?;
         contract::get_rows(table, ids, out)?;
         let n = ids.n_elements();
-        let row_bytes = table.dtype.row_bytes(table.cols).unwrap_or(0);
+        let row_bytes = self.row_param(table.dtype, table.cols);
         let per_row = if table.dtype.is_quantized() {
             table.cols / 8
         } else {
@@ -395,7 +405,7 @@ impl GpuBackend {
     /// one part of a split weight. `out` rows are `ldo` = `out.cols` wide.
     fn matmul_cols(&mut self, w: Tensor, x: Tensor, out: Tensor, o0: usize) -> Result<()> {
         let (m, k, n, ldo) = (w.rows, w.cols, x.rows, out.cols);
-        let row_bytes = w.dtype.row_bytes(k).unwrap_or(0);
+        let row_bytes = self.row_param(w.dtype, k);
         let input = self.matmul_input(w.dtype, x)?;
         self.wrote(out);
         match input {

@@ -166,6 +166,14 @@ pub struct ShaderFeatures {
 }
 
 impl ShaderFeatures {
+    /// Whether weights of type `t` are uploaded repacked into superblocks
+    /// (`buffers::repack`; quant.wgsl's REPACKED): Q4_0 and Q8_0 in the
+    /// f32-activation mode, whose kernels then load aligned 16-byte words.
+    /// ggml's mode reads the GGUF layout.
+    pub fn repacks(self, t: GgmlType) -> bool {
+        self.fast_math && matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0)
+    }
+
     /// The prefill tile of `matmul_coop.wgsl` (rows × tokens) for these
     /// features: 2 × 2 subgroups of FM × FN fragments each.
     pub fn coop_tile(self) -> (usize, usize) {
@@ -438,6 +446,12 @@ impl Kernel {
                 }
                 parts.push(src::COPY);
             }
+        }
+        if let Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) | Kernel::MatMulCoop(t) =
+            self
+            && f.repacks(t)
+        {
+            defines.push(("REPACKED", String::new()));
         }
         defines.push(("WG", wg.to_string()));
         // Native f16 storage for F16 weights and caches where the adapter

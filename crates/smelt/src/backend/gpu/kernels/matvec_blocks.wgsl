@@ -1,4 +1,6 @@
-// Mat-vec for Q4_0 and Q8_0 weights on f32 activations (decode):
+// Mat-vec for Q4_0 and Q8_0 weights on f32 activations (decode), on the
+// GGUF layout or (REPACKED, the f32-activation mode) on superblocks whose
+// quants are 16-byte words, one load each:
 // out[t, r] = dot(w[r], x[t]). Decode reads every weight byte once, so the
 // kernel is built to keep many bytes in flight: each invocation owns whole
 // 32-value blocks (block b, b + WG, ...) of 4 rows at once, reads each
@@ -22,7 +24,13 @@
 // 3 row_bytes, 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or more
 // when w is a part of a split weight), 6 out's first column.
 
+#ifdef REPACKED
+// Superblocks of 8 blocks (quant.wgsl's REPACKED), read as 16-byte words:
+// a block's quants are one (Q4_0) or two (Q8_0) of them.
+@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;    // (m, k) repacked
+#else
 @group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
+#endif
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;     // (n, k / 4)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
 
@@ -42,6 +50,51 @@ fn qword(lo: u32, hi: u32, odd: bool) -> u32 {
     return select((lo >> 16u) | (hi << 16u), hi, odd);
 }
 
+#ifdef REPACKED
+// Offsets count blocks: `rb` is a row's first block, BLOCK one block.
+const BLOCK: u32 = 1u;
+
+// The scale of block b from its superblock's scale word s (8 halves).
+fn scale_of(s: vec4<u32>, b: u32) -> f32 {
+    let dd = unpack2x16float(s[(b % 8u) / 2u]);
+    return select(dd.x, dd.y, (b & 1u) == 1u);
+}
+
+#ifdef TYPE_Q4_0
+fn lo4(w: u32) -> vec4<f32> {
+    return bytes4(w, 0xfu, 0u, 8388616.0);
+}
+
+// Σ (q - 8) · x over Q4_0 block b, times its scale.
+fn block_dot(b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+    let base = 9u * (b / 8u);
+    let q = wq[base + b % 8u];
+    let d = scale_of(wq[base + 8u], b);
+    let s = (lo4(q.x) * xs[0] + lo4(q.y) * xs[1]) + (lo4(q.z) * xs[2] + lo4(q.w) * xs[3])
+        + (lo4(q.x >> 4u) * xs[4] + lo4(q.y >> 4u) * xs[5])
+        + (lo4(q.z >> 4u) * xs[6] + lo4(q.w >> 4u) * xs[7]);
+    return d * ((s.x + s.y) + (s.z + s.w));
+}
+#endif
+
+#ifdef TYPE_Q8_0
+fn i8x4(w: u32) -> vec4<f32> {
+    return bytes4(w, 0xffu, 0x80u, 8388736.0);
+}
+
+// Σ q · x over Q8_0 block b, times its scale.
+fn block_dot(b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+    let base = 17u * (b / 8u);
+    let qa = wq[base + 2u * (b % 8u)];
+    let qb = wq[base + 2u * (b % 8u) + 1u];
+    let d = scale_of(wq[base + 16u], b);
+    let s = (i8x4(qa.x) * xs[0] + i8x4(qa.y) * xs[1]) + (i8x4(qa.z) * xs[2] + i8x4(qa.w) * xs[3])
+        + (i8x4(qb.x) * xs[4] + i8x4(qb.y) * xs[5])
+        + (i8x4(qb.z) * xs[6] + i8x4(qb.w) * xs[7]);
+    return d * ((s.x + s.y) + (s.z + s.w));
+}
+#endif
+#else
 #ifdef TYPE_Q4_0
 const BLOCK: u32 = 18u;
 
@@ -101,6 +154,8 @@ fn block_dot(bo: u32, xs: array<vec4<f32>, 8>) -> f32 {
         + (i8x4(w6, w7, odd) * xs[6] + i8x4(w7, w8, odd) * xs[7]);
     return d * ((s.x + s.y) + (s.z + s.w));
 }
+#endif
+
 #endif
 
 @compute @workgroup_size({{WG}})

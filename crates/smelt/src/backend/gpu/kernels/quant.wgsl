@@ -119,9 +119,37 @@ fn dq8(rb: u32, i: u32) -> V8 {
 #endif
 #endif
 
+// REPACKED (f32 activations, `buffers::repack`): Q4_0 and Q8_0 blocks
+// regrouped 8 to a superblock, the 8 blocks' quants first (16 or 32 bytes
+// each, so every block's quants are 16-byte aligned), then their 8 f16
+// scales: 36 or 68 words. `rb` is then the row's first block index (the
+// host passes blocks per row as row_bytes), not a byte offset.
+#ifdef REPACKED
+// The scale of block b whose superblock starts at word `base`, the scales
+// at word `base + at`.
+fn sb_scale(base: u32, at: u32, b: u32) -> f32 {
+    let dd = h2(wq[base + at + (b % 8u) / 2u]);
+    return select(dd.x, dd.y, (b & 1u) == 1u);
+}
+#endif
+
 // Q4_0: { d: f16, qs: [u8; 16] }, 32 values: qs low nibbles are values
 // 0..16, high nibbles 16..32; value = (q - 8) * d.
 #ifdef TYPE_Q4_0
+#ifdef REPACKED
+fn dq8(rb: u32, i: u32) -> V8 {
+    let b = rb + i / 4u;
+    let base = 36u * (b / 8u);
+    let q = base + 4u * (b % 8u) + ((i % 4u) % 2u) * 2u;
+    let d = sb_scale(base, 32u, b);
+    let q0 = wq[q];
+    let q1 = wq[q + 1u];
+    if ((i % 4u) < 2u) {
+        return V8((nib_lo(q0) - 8.0) * d, (nib_lo(q1) - 8.0) * d);
+    }
+    return V8((nib_hi(q0) - 8.0) * d, (nib_hi(q1) - 8.0) * d);
+}
+#else
 fn dq8(rb: u32, i: u32) -> V8 {
     let bo = rb + (i / 4u) * 18u;
     let j = (i % 4u) * 8u;
@@ -133,6 +161,7 @@ fn dq8(rb: u32, i: u32) -> V8 {
     }
     return V8((nib_hi(q0) - 8.0) * d, (nib_hi(q1) - 8.0) * d);
 }
+#endif
 #endif
 
 // Q4_1: { d: f16, m: f16, qs: [u8; 16] }; value = q * d + m.
@@ -199,12 +228,22 @@ fn dq8(rb: u32, i: u32) -> V8 {
 
 // Q8_0: { d: f16, qs: [i8; 32] }; value = q * d.
 #ifdef TYPE_Q8_0
+#ifdef REPACKED
+fn dq8(rb: u32, i: u32) -> V8 {
+    let b = rb + i / 4u;
+    let base = 68u * (b / 8u);
+    let q = base + 8u * (b % 8u) + 2u * (i % 4u);
+    let d = sb_scale(base, 64u, b);
+    return V8(sbytes(wq[q]) * d, sbytes(wq[q + 1u]) * d);
+}
+#else
 fn dq8(rb: u32, i: u32) -> V8 {
     let bo = rb + (i / 4u) * 34u;
     let j = (i % 4u) * 8u;
     let d = rdf16(bo);
     return V8(sbytes(rd32(bo + 2u + j)) * d, sbytes(rd32(bo + 6u + j)) * d);
 }
+#endif
 #endif
 
 // Q4_K and Q5_K pack 8 six-bit (scale, min) pairs of their 32-value
