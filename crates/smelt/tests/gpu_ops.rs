@@ -679,3 +679,42 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
     );
     println!("{} prefill cases passed", b.cases);
 }
+
+/// The f32-activation mode fuses a residual add with the rms_norm of its
+/// sum (`AddRmsNorm`), in place as the models call it: both the sum and
+/// the norm against the CPU.
+#[test]
+fn f32_mode_residual_add_fused_with_norm() {
+    let seed = seed();
+    let mut b = Bench::new(
+        seed,
+        GpuOptions {
+            quantize_activations: false,
+            ..GpuOptions::default()
+        },
+    );
+    for (rows, cols) in [(1usize, 576usize), (5, 2048), (3, 67)] {
+        let x = b.f32s(rows, cols, 1.0);
+        let r = b.f32s(rows, cols, 1.0);
+        let w = b.f32s(1, cols, 1.0);
+        let h = b.output(F32, rows, cols);
+        b.check(&format!("add+rms_norm {rows}x{cols}"), 1e-10, h, |be, g| {
+            let p = |t: Pair| if g { t.gpu } else { t.cpu };
+            be.add(p(x), p(r), p(x))?;
+            be.rms_norm(p(x), Some(p(w)), 1e-5, p(h))
+        });
+        // The sum itself (x += r ran once per backend above).
+        let sum = b.output(F32, rows, cols);
+        b.check(&format!("sum {rows}x{cols}"), 1e-12, sum, |be, g| {
+            let p = |t: Pair| if g { t.gpu } else { t.cpu };
+            be.copy(p(x), p(sum))
+        });
+    }
+    assert!(
+        b.failures.is_empty(),
+        "seed {seed}: {} of {} cases failed:\n{}",
+        b.failures.len(),
+        b.cases,
+        b.failures.join("\n")
+    );
+}

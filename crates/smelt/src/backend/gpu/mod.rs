@@ -70,12 +70,15 @@ enum Pending {
         up: Tensor,
         out: Tensor,
     },
+    /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
+    /// next takes it in (`AddRmsNorm`).
+    Add { a: Tensor, b: Tensor, out: Tensor },
 }
 
 impl Pending {
     fn out(&self) -> Tensor {
         match *self {
-            Pending::Norm { out, .. } | Pending::Glu { out, .. } => out,
+            Pending::Norm { out, .. } | Pending::Glu { out, .. } | Pending::Add { out, .. } => out,
         }
     }
 
@@ -100,6 +103,16 @@ impl Pending {
                         x.rows as u64,
                     ),
                 }
+            }
+            Pending::Add { a, b, out } => {
+                let n = a.n_elements();
+                let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
+                (
+                    Kernel::Elementwise(Elementwise::Add),
+                    p,
+                    vec![a, out, b],
+                    n.div_ceil(256) as u64,
+                )
             }
             Pending::Glu { op, gate, up, out } => {
                 let n = gate.n_elements();
@@ -416,6 +429,7 @@ impl GpuBackend {
         let in_place = match p {
             Pending::Norm { x, .. } => x.id == out.id,
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
+            Pending::Add { .. } => true,
         };
         if self.ctx.quantize_activations && out.cols.is_multiple_of(32) && !in_place {
             self.acts_of = None;
@@ -424,6 +438,34 @@ impl GpuBackend {
         }
         let (kernel, params, bound, groups) = p.dispatch(None);
         self.run(kernel, params, &bound, groups)
+    }
+
+    /// Holds a residual add back (f32 activations), for an rms_norm of its
+    /// sum to take in.
+    fn defer_add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        self.flush_pending()?;
+        self.wrote(out);
+        self.pending = Some(Pending::Add { a, b, out });
+        Ok(())
+    }
+
+    /// The rms_norm (with weight `w`) of a held-back add's sum, in one
+    /// dispatch with the add; false if no such add is pending.
+    fn norm_of_pending_add(&mut self, x: Tensor, w: Tensor, eps: f32, out: Tensor) -> Result<bool> {
+        let Some(Pending::Add { a, b, out: sum }) = self.pending else {
+            return Ok(false);
+        };
+        if sum != x || out.id == sum.id || out.id == a.id || out.id == b.id {
+            return Ok(false);
+        }
+        self.pending = None;
+        self.run(
+            Kernel::AddRmsNorm,
+            params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]),
+            &[a, out, w, b, sum],
+            x.rows as u64,
+        )?;
+        Ok(true)
     }
 
     /// Forgets the cached rounding if `out` is the tensor it came from.

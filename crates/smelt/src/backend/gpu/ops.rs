@@ -206,6 +206,9 @@ impl Backend for GpuBackend {
         // Held back for fusing with the next matmul's Q8 rounding
         // (`matmul_input`); any other use dispatches it first (`run`).
         if let Some(w) = weight {
+            if self.norm_of_pending_add(x, w, eps, out)? {
+                return Ok(());
+            }
             return self.defer(Pending::Norm { x, w, eps, out });
         }
         let mut bound = vec![x, out];
@@ -338,6 +341,10 @@ impl Backend for GpuBackend {
 
     fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
         contract::binary(Op::Add, a, b, out)?;
+        // A residual add: an rms_norm of the sum may follow (`AddRmsNorm`).
+        if !self.ctx.quantize_activations && a.rows == b.rows && a.cols == b.cols {
+            return self.defer_add(a, b, out);
+        }
         self.elementwise(Elementwise::Add, a, Some(b), 0.0, out)
     }
 

@@ -123,6 +123,8 @@ pub enum Kernel {
     },
     /// rms_norm with a weight, fused with the next matmul's Q8 rounding.
     RmsNormQ8,
+    /// A residual add and the rms_norm (with a weight) of its sum.
+    AddRmsNorm,
     /// SiluMul or GeluMul fused with the next matmul's Q8 rounding.
     GluQ8(Elementwise),
     Rope(RopeMode),
@@ -222,6 +224,7 @@ impl Kernel {
             Kernel::RmsNorm { weight: false },
             Kernel::RmsNorm { weight: true },
             Kernel::RmsNormQ8,
+            Kernel::AddRmsNorm,
             Kernel::Rope(RopeMode::Normal),
             Kernel::Rope(RopeMode::Neox),
             Kernel::Attention(F32),
@@ -281,6 +284,7 @@ impl Kernel {
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
             Kernel::RmsNormQ8 | Kernel::GluQ8(_) => &[RW, RW, RW, RW, RW, RW],
+            Kernel::AddRmsNorm => &[RW, RW, RW, RW, RW],
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
@@ -372,6 +376,11 @@ impl Kernel {
             Kernel::RmsNormQ8 => {
                 def("WEIGHT");
                 def("Q8");
+                parts.extend([src::REDUCE, src::EXACT, src::NORM]);
+            }
+            Kernel::AddRmsNorm => {
+                def("WEIGHT");
+                def("ADD");
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
             Kernel::Rope(mode) => {

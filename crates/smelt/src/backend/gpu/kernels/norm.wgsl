@@ -11,12 +11,20 @@
 // (quantize.wgsl's Q8, exact.wgsl's q8_block) on the values written: one
 // dispatch instead of two before Q, K, V and gate, up.
 //
+// The ADD define (with WEIGHT, f32-activation mode) fuses the residual
+// add before the norm: sum = x + addend is written to `sum` (which may be
+// x itself) and normalised, one dispatch instead of two.
+//
 // Params: 0 rows, 1 cols, 2 eps (f32).
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
 #ifdef WEIGHT
 @group(0) @binding(3) var<storage, read_write> w: array<f32>;     // (cols)
+#endif
+#ifdef ADD
+@group(0) @binding(4) var<storage, read_write> addend: array<f32>; // (rows, cols)
+@group(0) @binding(5) var<storage, read_write> sum: array<f32>;   // (rows, cols), may be x
 #endif
 #ifdef Q8
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;    // (rows, cols / 4) quants, 4 per word
@@ -38,7 +46,14 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let b = r * cols;
     var ss = vec2<f32>(0.0, 0.0);
     for (var c = lid; c < cols; c += NORM_WG) {
-        ss = ff_add_f(ss, opaque(x[b + c] * x[b + c]));
+#ifdef ADD
+        // Each invocation reads back below only the values it wrote here.
+        let v = x[b + c] + addend[b + c];
+        sum[b + c] = v;
+#else
+        let v = x[b + c];
+#endif
+        ss = ff_add_f(ss, opaque(v * v));
     }
 #ifdef FAST
     // Plain f32: one workgroup reduction (subgroups where there are).
@@ -75,10 +90,14 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     return;
 #endif
     for (var c = lid; c < cols; c += NORM_WG) {
+#ifdef ADD
+        out[b + c] = sum[b + c] * scale * w[c];
+#else
 #ifdef WEIGHT
         out[b + c] = x[b + c] * scale * w[c];
 #else
         out[b + c] = x[b + c] * scale;
+#endif
 #endif
     }
 }
