@@ -53,8 +53,9 @@ pub struct BackendArgs {
     /// stderr
     #[arg(long)]
     pub verbose: bool,
-    /// GPU: keep matmul activations in f32 rather than rounding them as
-    /// ggml does (its Q8 blocks); other kernels, not bit for bit llama.cpp
+    /// GPU: the fast mode: matmul activations in f32 rather than rounded
+    /// as ggml does (its Q8 blocks), plain hardware arithmetic, tensor
+    /// cores where the adapter has them; not bit for bit llama.cpp
     #[arg(long)]
     pub gpu_f32_acts: bool,
     /// GPU: time every kernel with timestamp queries (each dispatch in its
