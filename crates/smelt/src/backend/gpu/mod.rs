@@ -291,6 +291,7 @@ impl GpuBackend {
         if !matches!(
             kernel,
             Kernel::MatVec(_)
+                | Kernel::MatVecMulti(_)
                 | Kernel::MatMul(_)
                 | Kernel::MatMulCoop(_)
                 | Kernel::MatVecQ8(_)

@@ -108,6 +108,9 @@ pub enum Kernel {
     GetRows(GgmlType),
     /// One workgroup per (token, output row): decode, f32 activations.
     MatVec(GgmlType),
+    /// Decode mat-vecs of up to 3 weights of one input in one dispatch
+    /// (`Backend::matmuls`), repacked Q4_0 / Q8_0 (f32 activations).
+    MatVecMulti(GgmlType),
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
@@ -221,6 +224,10 @@ impl Kernel {
             v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
         }
         v.extend([
+            Kernel::MatVecMulti(GgmlType::Q4_0),
+            Kernel::MatVecMulti(GgmlType::Q8_0),
+        ]);
+        v.extend([
             Kernel::RmsNorm { weight: false },
             Kernel::RmsNorm { weight: true },
             Kernel::RmsNormQ8,
@@ -267,6 +274,7 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
+            Kernel::MatVecMulti(t) => f.repacks(t),
             _ => true,
         }
     }
@@ -279,6 +287,7 @@ impl Kernel {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
             Kernel::MatVec(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
+            Kernel::MatVecMulti(_) => &[R, R, RW, R, RW, R, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -326,6 +335,13 @@ impl Kernel {
             defines.push(("TAB", self.bindings().len().to_string()));
         };
         match self {
+            Kernel::MatVecMulti(t) => {
+                type_defines(t, &mut def);
+                wg = WG_MATVEC;
+                def("REDUCE4");
+                def("MULTI");
+                parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
+            }
             // Q4_0 and Q8_0 decode: whole blocks per invocation.
             Kernel::MatVec(t @ (GgmlType::Q4_0 | GgmlType::Q8_0)) => {
                 type_defines(t, &mut def);
@@ -456,8 +472,11 @@ impl Kernel {
                 parts.push(src::COPY);
             }
         }
-        if let Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) | Kernel::MatMulCoop(t) =
-            self
+        if let Kernel::GetRows(t)
+        | Kernel::MatVec(t)
+        | Kernel::MatVecMulti(t)
+        | Kernel::MatMul(t)
+        | Kernel::MatMulCoop(t) = self
             && f.repacks(t)
         {
             defines.push(("REPACKED", String::new()));

@@ -23,11 +23,23 @@
 // Params: 0 m (rows of w), 1 k (cols, a multiple of 32), 2 n (tokens),
 // 3 row_bytes, 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or more
 // when w is a part of a split weight), 6 out's first column.
+//
+// MULTI (with REPACKED): up to 3 weights of one input in one dispatch
+// (`Backend::matmuls`: Q, K, V; gate, up), their row blocks one after the
+// other; weight i > 0 is bound as wq{i} and writes out{i}. Params: 0 m,
+// 1 k, 2 n, 3 blocks per row, 4 row blocks of w, 5 m1, 6 row blocks of
+// w1, 7 m2, 8 row blocks of w2 (0: no third weight).
 
 #ifdef REPACKED
 // Superblocks of 8 blocks (quant.wgsl's REPACKED), read as 16-byte words:
 // a block's quants are one (Q4_0) or two (Q8_0) of them.
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;    // (m, k) repacked
+#ifdef MULTI
+@group(0) @binding(4) var<storage, read> wq1: array<vec4<u32>>;   // (m1, k) repacked
+@group(0) @binding(5) var<storage, read_write> out1: array<f32>;  // (n, m1)
+@group(0) @binding(6) var<storage, read> wq2: array<vec4<u32>>;   // (m2, k) repacked
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>;  // (n, m2)
+#endif
 #else
 @group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
 #endif
@@ -60,16 +72,48 @@ fn scale_of(s: vec4<u32>, b: u32) -> f32 {
     return select(dd.x, dd.y, (b & 1u) == 1u);
 }
 
+// A block's words: quants (q2: Q8_0's second half) and its superblock's
+// scales.
+struct Blk {
+    q: vec4<u32>,
+    q2: vec4<u32>,
+    s: vec4<u32>,
+}
+
+#ifdef TYPE_Q4_0
+const SB_WORDS: u32 = 9u;
+const Q_WORDS: u32 = 1u;
+#else
+const SB_WORDS: u32 = 17u;
+const Q_WORDS: u32 = 2u;
+#endif
+
+// Block b of weight `which` (0 unless MULTI).
+fn blk(which: u32, b: u32) -> Blk {
+    let qi = SB_WORDS * (b / 8u) + Q_WORDS * (b % 8u);
+    let si = SB_WORDS * (b / 8u) + 8u * Q_WORDS;
+    // Q4_0 has no second half: its q2 is q again, unused.
+    let q2 = qi + Q_WORDS - 1u;
+#ifdef MULTI
+    if (which == 1u) {
+        return Blk(wq1[qi], wq1[q2], wq1[si]);
+    }
+    if (which == 2u) {
+        return Blk(wq2[qi], wq2[q2], wq2[si]);
+    }
+#endif
+    return Blk(wq[qi], wq[q2], wq[si]);
+}
+
 #ifdef TYPE_Q4_0
 fn lo4(w: u32) -> vec4<f32> {
     return bytes4(w, 0xfu, 0u, 8388616.0);
 }
 
-// Σ (q - 8) · x over Q4_0 block b, times its scale.
-fn block_dot(b: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let base = 9u * (b / 8u);
-    let q = wq[base + b % 8u];
-    let d = scale_of(wq[base + 8u], b);
+// Σ (q - 8) · x over Q4_0 block b (words k), times its scale.
+fn block_dot_of(k: Blk, b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+    let q = k.q;
+    let d = scale_of(k.s, b);
     let s = (lo4(q.x) * xs[0] + lo4(q.y) * xs[1]) + (lo4(q.z) * xs[2] + lo4(q.w) * xs[3])
         + (lo4(q.x >> 4u) * xs[4] + lo4(q.y >> 4u) * xs[5])
         + (lo4(q.z >> 4u) * xs[6] + lo4(q.w >> 4u) * xs[7]);
@@ -82,16 +126,83 @@ fn i8x4(w: u32) -> vec4<f32> {
     return bytes4(w, 0xffu, 0x80u, 8388736.0);
 }
 
-// Σ q · x over Q8_0 block b, times its scale.
-fn block_dot(b: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let base = 17u * (b / 8u);
-    let qa = wq[base + 2u * (b % 8u)];
-    let qb = wq[base + 2u * (b % 8u) + 1u];
-    let d = scale_of(wq[base + 16u], b);
+// Σ q · x over Q8_0 block b (words k), times its scale.
+fn block_dot_of(k: Blk, b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+    let qa = k.q;
+    let qb = k.q2;
+    let d = scale_of(k.s, b);
     let s = (i8x4(qa.x) * xs[0] + i8x4(qa.y) * xs[1]) + (i8x4(qa.z) * xs[2] + i8x4(qa.w) * xs[3])
         + (i8x4(qb.x) * xs[4] + i8x4(qb.y) * xs[5])
         + (i8x4(qb.z) * xs[6] + i8x4(qb.w) * xs[7]);
     return d * ((s.x + s.y) + (s.z + s.w));
+}
+#endif
+
+fn block_dot(b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+    return block_dot_of(blk(0u, b), b, xs);
+}
+
+#ifdef MULTI
+@compute @workgroup_size({{WG}})
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg);
+    let per_t = pu(4) + pu(6) + pu(8);
+    if (g >= per_t * pu(2)) {
+        return;
+    }
+    let t = g / per_t;
+    // Which weight, and its row block: uniform over the workgroup.
+    var gb = g % per_t;
+    var which = 0u;
+    var m = pu(0);
+    if (gb >= pu(4)) {
+        gb -= pu(4);
+        which = 1u;
+        m = pu(5);
+        if (gb >= pu(6)) {
+            gb -= pu(6);
+            which = 2u;
+            m = pu(7);
+        }
+    }
+    let r0 = gb * NR;
+    let nb = pu(3);
+    let rb = vec4<u32>(
+        min(r0, m - 1u),
+        min(r0 + 1u, m - 1u),
+        min(r0 + 2u, m - 1u),
+        min(r0 + 3u, m - 1u),
+    ) * nb;
+    let xb = t * nb * 8u;
+    var acc = vec4<f32>(0.0);
+    for (var b = ln.lid; b < nb; b += RED_WG) {
+        let xo = xb + b * 8u;
+        let xs = array<vec4<f32>, 8>(
+            x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
+            x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
+        );
+        acc += vec4<f32>(
+            block_dot_of(blk(which, rb.x + b), rb.x + b, xs),
+            block_dot_of(blk(which, rb.y + b), rb.y + b, xs),
+            block_dot_of(blk(which, rb.z + b), rb.z + b, xs),
+            block_dot_of(blk(which, rb.w + b), rb.w + b, xs),
+        );
+    }
+    let total = wg_sum4(acc, ln);
+    if (ln.lid == 0u) {
+        for (var r = 0u; r < NR; r++) {
+            let o = t * m + r0 + r;
+            if (r0 + r < m) {
+                if (which == 0u) {
+                    out[o] = total[r];
+                } else if (which == 1u) {
+                    out1[o] = total[r];
+                } else {
+                    out2[o] = total[r];
+                }
+            }
+        }
+    }
 }
 #endif
 #else
@@ -158,6 +269,7 @@ fn block_dot(bo: u32, xs: array<vec4<f32>, 8>) -> f32 {
 
 #endif
 
+#ifndef MULTI
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -202,3 +314,4 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
 }
+#endif
