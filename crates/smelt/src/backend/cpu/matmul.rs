@@ -179,13 +179,12 @@ fn item_generic<M: Madd>(
             let nb = k / q8::QK8;
             buf.w.unpack(job.dtype, src);
             let w = &buf.w;
-            let with_min = job.dtype == GgmlType::Q4_1;
-            let wrow = |j: usize| {
-                (
-                    &w.qs[j * k..(j + 1) * k],
-                    &w.d[j * nb..(j + 1) * nb],
-                    &w.m[j * nb..(j + 1) * nb],
-                )
+            let kind = q8::Kind::of(job.dtype);
+            let wrow = |j: usize| q8::WRow {
+                q: &w.qs[j * k..(j + 1) * k],
+                abs: w.abs.get(j * k..(j + 1) * k).unwrap_or_default(),
+                d: &w.d[j * nb..(j + 1) * nb],
+                m: &w.m[j * nb..(j + 1) * nb],
             };
             let xrow = |i: usize| {
                 (
@@ -200,9 +199,9 @@ fn item_generic<M: Madd>(
                 xrow,
                 wrow,
                 store,
-                |xs, ws| q8::tile::<M, XR, WR>(xs, ws, with_min),
-                |xs, ws| q8::tile::<M, 1, WR>(xs, ws, with_min),
-                |xs, ws| q8::tile::<M, 1, 1>(xs, ws, with_min),
+                |xs, ws| q8::tile::<M, XR, WR>(xs, ws, kind),
+                |xs, ws| q8::tile::<M, 1, WR>(xs, ws, kind),
+                |xs, ws| q8::tile::<M, 1, 1>(xs, ws, kind),
             );
         }
         Acts::F32(x) => {

@@ -101,11 +101,45 @@ impl Q8Acts {
     }
 }
 
-/// Weight rows unpacked to one signed byte per value, with per-block scale
-/// and minimum (0 for types without one).
+/// How a weight type's unpacked quants enter the integer dot products.
+/// Every kind gives each lane the same integer as `Σ (signed quant)·x`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// Q8_0: signed quants, with their magnitudes kept beside them for
+    /// `maddubs`' unsigned operand.
+    Signed,
+    /// Q4_0: nibbles 0..16 kept unsigned; `8·Σx` of each lane is taken off
+    /// afterwards, which gives the same integers as `Σ (q − 8)·x`.
+    Offset8,
+    /// Q4_1: nibbles 0..16 as they are, plus a minimum per block.
+    Min,
+}
+
+impl Kind {
+    /// The kind of a type [`has_q8_path`] accepts.
+    pub fn of(dtype: GgmlType) -> Kind {
+        match dtype {
+            GgmlType::Q4_0 => Kind::Offset8,
+            GgmlType::Q4_1 => Kind::Min,
+            _ => Kind::Signed,
+        }
+    }
+
+    /// What each lane's sum of `quant · x` is off by, per unit of `Σx`.
+    #[inline(always)]
+    fn offset(self) -> i32 {
+        if self == Kind::Offset8 { 8 } else { 0 }
+    }
+}
+
+/// Weight rows unpacked to one byte per value (see [`Kind`]), with per-block
+/// scale and minimum (0 for types without one).
 #[derive(Default)]
 pub struct Unpacked {
+    /// Q4_0, Q4_1: nibbles 0..16; Q8_0: the signed quants.
     pub qs: Vec<i8>,
+    /// Q8_0 only: `|quant|` (128 for −128), `maddubs`' unsigned operand.
+    pub abs: Vec<u8>,
     pub d: Vec<f32>,
     pub m: Vec<f32>,
 }
@@ -124,10 +158,10 @@ impl Unpacked {
             self.d[i] = f16_at(blk, 0);
             let q: &mut [i8; QK8] = q.try_into().expect("whole blocks");
             match dtype {
-                GgmlType::Q4_0 => nibbles(blk[2..18].try_into().expect("Q4_0 block"), 8, q),
+                GgmlType::Q4_0 => nibbles(blk[2..18].try_into().expect("Q4_0 block"), q),
                 GgmlType::Q4_1 => {
                     self.m[i] = f16_at(blk, 2);
-                    nibbles(blk[4..20].try_into().expect("Q4_1 block"), 0, q);
+                    nibbles(blk[4..20].try_into().expect("Q4_1 block"), q);
                 }
                 _ => {
                     for (o, &b) in q.iter_mut().zip(&blk[2..34]) {
@@ -136,22 +170,29 @@ impl Unpacked {
                 }
             }
         }
+        if Kind::of(dtype) == Kind::Signed {
+            self.abs.resize(nb * QK8, 0);
+            for (a, &q) in self.abs.iter_mut().zip(&self.qs) {
+                *a = q.unsigned_abs();
+            }
+        }
     }
 }
 
-/// Low nibbles are values 0..16, high nibbles 16..32, each minus `off`.
-/// Fixed sizes, so the loop vectorizes.
+/// Low nibbles are values 0..16, high nibbles 16..32. Fixed sizes, so the
+/// loop vectorizes.
 #[inline(always)]
-fn nibbles(qs: &[u8; 16], off: i8, q: &mut [i8; QK8]) {
+fn nibbles(qs: &[u8; 16], q: &mut [i8; QK8]) {
     for j in 0..16 {
-        q[j] = (qs[j] & 15) as i8 - off;
-        q[j + 16] = (qs[j] >> 4) as i8 - off;
+        q[j] = (qs[j] & 15) as i8;
+        q[j + 16] = (qs[j] >> 4) as i8;
     }
 }
 
-/// The 8 integer lanes of one block: lane `l` sums products `4l..4l+3`.
+/// The 8 integer lanes of one block: lane `l` sums products `4l..4l+3`,
+/// with the weight quants less `off`.
 #[inline(always)]
-fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
+fn lanes(w: &[i8], x: &[i8], off: i32) -> [f32; LANES] {
     // Plain loops over fixed sizes: closures (`array::from_fn`) may stay
     // out of line, compiled without the entry point's AVX2.
     let (w, x) = (&w[..QK8], &x[..QK8]);
@@ -159,7 +200,7 @@ fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
     for l in 0..LANES {
         let mut s = 0i32;
         for t in 0..4 {
-            s += i32::from(w[4 * l + t]) * i32::from(x[4 * l + t]);
+            s += (i32::from(w[4 * l + t]) - off) * i32::from(x[4 * l + t]);
         }
         // At most 4 · 127 · 128: exact in f32.
         out[l] = s as f32;
@@ -169,33 +210,34 @@ fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
 
 /// `R × C` dot products of Q8 activation rows with unpacked weight rows,
 /// each over `nb` blocks, accumulated as ggml does (see the module docs).
-/// `xs[r] = (quants, scales, sums)`, `ws[c] = (quants, scales, minimums)`.
+/// `xs[r] = (quants, scales, sums)`, `ws[c]` a row of [`Unpacked`].
 #[inline(always)]
 pub fn tile<M: Madd, const R: usize, const C: usize>(
-    xs: [(&[i8], &[f32], &[f32]); R],
-    ws: [(&[i8], &[f32], &[f32]); C],
-    with_min: bool,
+    xs: [XRow; R],
+    ws: [WRow; C],
+    kind: Kind,
 ) -> [[f32; C]; R] {
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2 and FMA.
-        return unsafe { avx2::tile(xs, ws, with_min) };
+        return unsafe { avx2::tile(xs, ws, kind) };
     }
-    let nb = ws[0].1.len();
+    let with_min = kind == Kind::Min;
+    let nb = ws[0].d.len();
     let mut acc = [[[0f32; LANES]; C]; R];
     let mut mins = [[0f32; C]; R];
     for b in 0..nb {
         let o = b * QK8;
         for r in 0..R {
             for c in 0..C {
-                let lane = lanes(&ws[c].0[o..], &xs[r].0[o..]);
-                let d = ws[c].1[b] * xs[r].1[b];
+                let lane = lanes(&ws[c].q[o..], &xs[r].0[o..], kind.offset());
+                let d = ws[c].d[b] * xs[r].1[b];
                 for l in 0..LANES {
                     acc[r][c][l] = M::madd(d, lane[l], acc[r][c][l]);
                 }
                 if with_min {
-                    mins[r][c] = M::madd(ws[c].2[b], xs[r].2[b], mins[r][c]);
+                    mins[r][c] = M::madd(ws[c].m[b], xs[r].2[b], mins[r][c]);
                 }
             }
         }
@@ -207,6 +249,18 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
         }
     }
     out
+}
+
+/// A Q8 activation row: quants, scales, sums.
+pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+
+/// A row of [`Unpacked`] weights (`abs` empty but for Q8_0).
+#[derive(Clone, Copy)]
+pub struct WRow<'a> {
+    pub q: &'a [i8],
+    pub abs: &'a [u8],
+    pub d: &'a [f32],
+    pub m: &'a [f32],
 }
 
 #[inline(always)]
@@ -250,7 +304,7 @@ mod avx2 {
 
     use half::f16;
 
-    use super::{GgmlType, LANES, Q8Acts, QK8, hsum};
+    use super::{GgmlType, Kind, LANES, Q8Acts, QK8, WRow, XRow, hsum};
 
     /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
     /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
@@ -304,6 +358,7 @@ mod avx2 {
             // SAFETY: 32 readable bytes; loadu needs no alignment.
             let xv = unsafe { _mm256_loadu_si256(xb.as_ptr().cast()) };
             let xd = x.1[b];
+            let x8 = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv);
             for c in 0..C {
                 let blk = &ws[c][b * bytes..(b + 1) * bytes];
                 let q = if T == Q8_0 {
@@ -317,20 +372,20 @@ mod avx2 {
                     let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
                     // Low nibbles are values 0..16, high nibbles 16..32.
                     let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
-                    let q = _mm256_and_si256(both, _mm256_set1_epi8(15));
-                    if T == Q4_0 {
-                        _mm256_sub_epi8(q, _mm256_set1_epi8(8))
-                    } else {
-                        q
-                    }
+                    _mm256_and_si256(both, _mm256_set1_epi8(15))
                 };
                 let dd = _mm256_set1_ps(half(blk, 0) * xd);
-                let l = if T == Q4_1 {
-                    // Quants 0..16 are unsigned as they are: no sign moves.
-                    let pairs = _mm256_maddubs_epi16(q, xv);
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
-                } else {
+                let l = if T == Q8_0 {
                     lanes(q, xv)
+                } else {
+                    // Nibbles 0..16 are unsigned as they are: no sign moves;
+                    // Q4_0 takes `8·(x pair)` off each pair instead of 8 off
+                    // each nibble (the same integers, see `Kind::Offset8`).
+                    let mut pairs = _mm256_maddubs_epi16(q, xv);
+                    if T == Q4_0 {
+                        pairs = _mm256_sub_epi16(pairs, x8);
+                    }
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
                 };
                 acc[c] = _mm256_fmadd_ps(dd, l, acc[c]);
                 if T == Q4_1 {
@@ -401,36 +456,50 @@ mod avx2 {
     /// The CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile<const R: usize, const C: usize>(
-        xs: [(&[i8], &[f32], &[f32]); R],
-        ws: [(&[i8], &[f32], &[f32]); C],
-        with_min: bool,
+        xs: [XRow; R],
+        ws: [WRow; C],
+        kind: Kind,
     ) -> [[f32; C]; R] {
-        if with_min {
-            tile_of::<R, C, true>(xs, ws)
-        } else {
-            tile_of::<R, C, false>(xs, ws)
+        match kind {
+            Kind::Signed => tile_of::<R, C, SIGNED>(xs, ws),
+            Kind::Offset8 => tile_of::<R, C, OFFSET8>(xs, ws),
+            Kind::Min => tile_of::<R, C, MIN>(xs, ws),
         }
     }
+
+    const SIGNED: u8 = 0;
+    const OFFSET8: u8 = 1;
+    const MIN: u8 = 2;
 
     /// One activation row at a time against the `C` weight rows, so the `C`
     /// accumulators stay in registers (a 3 × 4 tile of them spilled to the
     /// stack on every block) and weight blocks are read again from L1 for
-    /// each row, which costs less. `MIN`: Q4_1, whose quants are 0..16, so
-    /// `maddubs` takes them unsigned as they are, with no sign moves.
+    /// each row, which costs less. Per block and weight row the vector
+    /// units do one `maddubs`, one `madd`, one conversion, one multiply of
+    /// the scales (each broadcast straight from memory) and one `fma`, plus
+    /// by kind: Q8_0 one sign move onto x (the weight's magnitude comes
+    /// unpacked), Q4_0 one subtraction of `8·(x pair)` (one `maddubs` per
+    /// activation block), Q4_1 a scalar `fma` of the minimum.
     #[target_feature(enable = "avx2,fma")]
-    fn tile_of<const R: usize, const C: usize, const MIN: bool>(
-        xs: [(&[i8], &[f32], &[f32]); R],
-        ws: [(&[i8], &[f32], &[f32]); C],
+    fn tile_of<const R: usize, const C: usize, const K: u8>(
+        xs: [XRow; R],
+        ws: [WRow; C],
     ) -> [[f32; C]; R] {
-        let nb = ws[0].1.len();
-        let whole = |(q, d, s): (&[i8], &[f32], &[f32])| {
-            q.len() >= nb * QK8 && d.len() >= nb && (!MIN || s.len() >= nb)
+        let nb = ws[0].d.len();
+        let whole_x =
+            |(q, d, s): XRow| q.len() >= nb * QK8 && d.len() >= nb && (K != MIN || s.len() >= nb);
+        let whole_w = |w: WRow| {
+            w.q.len() >= nb * QK8
+                && w.d.len() >= nb
+                && (K != MIN || w.m.len() >= nb)
+                && (K != SIGNED || w.abs.len() >= nb * QK8)
         };
         assert!(
-            xs.iter().all(|&x| whole(x)) && ws.iter().all(|&w| whole(w)),
+            xs.iter().all(|&x| whole_x(x)) && ws.iter().all(|&w| whole_w(w)),
             "tile rows shorter than their blocks"
         );
         let ones = _mm256_set1_epi16(1);
+        let eights = _mm256_set1_epi8(8);
         let mut out = [[0f32; C]; R];
         for (r, out) in out.iter_mut().enumerate() {
             let (xq, xd, xs) = xs[r];
@@ -441,23 +510,36 @@ mod avx2 {
                 // above); loadu needs no alignment.
                 let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(b * QK8).cast()) };
                 // SAFETY: as above.
-                let dx = unsafe { *xd.get_unchecked(b) };
-                for c in 0..C {
-                    let (wq, wd, wm) = ws[c];
+                let dx = unsafe { _mm256_broadcast_ss(&*xd.as_ptr().add(b)) };
+                // 8·(x pair) in i16, for Q4_0's unsigned nibbles.
+                let x8 = if K == OFFSET8 {
+                    _mm256_maddubs_epi16(eights, x)
+                } else {
+                    ones
+                };
+                for (c, w) in ws.iter().enumerate() {
                     // SAFETY: as above.
-                    let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * QK8).cast()) };
-                    let pairs = if MIN {
-                        _mm256_maddubs_epi16(w, x)
-                    } else {
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
+                    let q = unsafe { _mm256_loadu_si256(w.q.as_ptr().add(b * QK8).cast()) };
+                    let pairs = match K {
+                        SIGNED => {
+                            // SAFETY: as above (Q8_0 rows hold nb blocks of
+                            // magnitudes).
+                            let abs =
+                                unsafe { _mm256_loadu_si256(w.abs.as_ptr().add(b * QK8).cast()) };
+                            _mm256_maddubs_epi16(abs, _mm256_sign_epi8(x, q))
+                        }
+                        // |pair| ≤ 2·15·127 before and 2·8·127 after the
+                        // subtraction: no i16 saturation.
+                        OFFSET8 => _mm256_sub_epi16(_mm256_maddubs_epi16(q, x), x8),
+                        _ => _mm256_maddubs_epi16(q, x),
                     };
                     let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
                     // SAFETY: as above.
-                    let d = _mm256_set1_ps(unsafe { *wd.get_unchecked(b) } * dx);
-                    acc[c] = _mm256_fmadd_ps(d, lanes, acc[c]);
-                    if MIN {
+                    let dw = unsafe { _mm256_broadcast_ss(&*w.d.as_ptr().add(b)) };
+                    acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), lanes, acc[c]);
+                    if K == MIN {
                         // SAFETY: as above (`MIN` rows hold nb sums and minimums).
-                        let (m, s) = unsafe { (*wm.get_unchecked(b), *xs.get_unchecked(b)) };
+                        let (m, s) = unsafe { (*w.m.get_unchecked(b), *xs.get_unchecked(b)) };
                         mins[c] = m.mul_add(s, mins[c]);
                     }
                 }
@@ -470,5 +552,117 @@ mod avx2 {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::simd::Fused;
+
+    /// Deterministic pseudo-random bytes (xorshift).
+    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    /// `m` rows of random `dtype` blocks with small finite scales.
+    fn weights(dtype: GgmlType, m: usize, k: usize, seed: u64) -> Vec<u8> {
+        let size = dtype.type_size();
+        let mut w = bytes(seed, m * k / QK8 * size);
+        for (i, blk) in w.chunks_exact_mut(size).enumerate() {
+            let d = f16::from_f32(((i % 13) as f32 - 6.0) * 0.003 + 0.0005);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            if dtype == GgmlType::Q4_1 {
+                let m = f16::from_f32(((i % 7) as f32 - 3.0) * 0.01);
+                blk[2..4].copy_from_slice(&m.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    fn acts(n: usize, k: usize, seed: u64) -> Vec<f32> {
+        bytes(seed, n * k)
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (b as i8) as f32 * 0.01 * (1 + i % 5) as f32)
+            .collect()
+    }
+
+    /// The AVX2 tiles and raw-block dot products give, bit for bit, the
+    /// portable tile's numbers (ggml's arithmetic), for every kind.
+    #[test]
+    fn avx2_kernels_match_the_portable_tile() {
+        if Isa::detect() != Isa::Avx2 {
+            return;
+        }
+        let (m, n, k) = (6, 4, 8 * QK8);
+        let nb = k / QK8;
+        for (t, dtype) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
+            .into_iter()
+            .enumerate()
+        {
+            let w = weights(dtype, m, k, 7 + t as u64);
+            let x = acts(n, k, 99 + t as u64);
+            let mut qa = Q8Acts::default();
+            qa.quantize_rows(&x);
+            let mut qb = Q8Acts::default();
+            qb.quantize(Isa::Avx2, &x);
+            assert_eq!(qa.qs, qb.qs);
+            assert_eq!(qa.d, qb.d);
+            assert_eq!(qa.s, qb.s);
+            let mut u = Unpacked::default();
+            u.unpack(dtype, &w);
+            let kind = Kind::of(dtype);
+            let xrow = |i: usize| {
+                (
+                    &qa.qs[i * k..(i + 1) * k],
+                    &qa.d[i * nb..(i + 1) * nb],
+                    &qa.s[i * nb..(i + 1) * nb],
+                )
+            };
+            let wrow = |j: usize| WRow {
+                q: &u.qs[j * k..(j + 1) * k],
+                abs: u.abs.get(j * k..(j + 1) * k).unwrap_or_default(),
+                d: &u.d[j * nb..(j + 1) * nb],
+                m: &u.m[j * nb..(j + 1) * nb],
+            };
+            let rb = w.len() / m;
+            for i in 0..n {
+                for j in 0..m - 3 {
+                    let want: Vec<u32> = (j..j + 4)
+                        .map(|c| tile::<Fused, 1, 1>([xrow(i)], [wrow(c)], kind)[0][0].to_bits())
+                        .collect();
+                    // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+                    let got = unsafe {
+                        avx2::tile::<1, 4>(
+                            [xrow(i)],
+                            [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)],
+                            kind,
+                        )
+                    };
+                    let got: Vec<u32> = got[0].iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{dtype:?} tile row {i} weights {j}..");
+                    let raw = |c: usize| &w[c * rb..(c + 1) * rb];
+                    // SAFETY: as above.
+                    let got = unsafe {
+                        avx2::raw_dots::<4>(
+                            dtype,
+                            xrow(i),
+                            [raw(j), raw(j + 1), raw(j + 2), raw(j + 3)],
+                        )
+                    };
+                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{dtype:?} raw row {i} weights {j}..");
+                }
+            }
+        }
     }
 }
