@@ -182,7 +182,6 @@ fn item_generic<M: Madd>(
             let kind = q8::Kind::of(job.dtype);
             let wrow = |j: usize| q8::WRow {
                 q: &w.qs[j * k..(j + 1) * k],
-                abs: w.abs.get(j * k..(j + 1) * k).unwrap_or_default(),
                 d: &w.d[j * nb..(j + 1) * nb],
                 m: &w.m[j * nb..(j + 1) * nb],
             };

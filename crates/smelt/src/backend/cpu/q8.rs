@@ -105,8 +105,8 @@ impl Q8Acts {
 /// Every kind gives each lane the same integer as `Σ (signed quant)·x`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
-    /// Q8_0: signed quants, with their magnitudes kept beside them for
-    /// `maddubs`' unsigned operand.
+    /// Q8_0: signed quants; `maddubs` gets their magnitudes and x their
+    /// signs.
     Signed,
     /// Q4_0: nibbles 0..16 kept unsigned; `8·Σx` of each lane is taken off
     /// afterwards, which gives the same integers as `Σ (q − 8)·x`.
@@ -138,8 +138,6 @@ impl Kind {
 pub struct Unpacked {
     /// Q4_0, Q4_1: nibbles 0..16; Q8_0: the signed quants.
     pub qs: Vec<i8>,
-    /// Q8_0 only: `|quant|` (128 for −128), `maddubs`' unsigned operand.
-    pub abs: Vec<u8>,
     pub d: Vec<f32>,
     pub m: Vec<f32>,
 }
@@ -168,12 +166,6 @@ impl Unpacked {
                         *o = b as i8;
                     }
                 }
-            }
-        }
-        if Kind::of(dtype) == Kind::Signed {
-            self.abs.resize(nb * QK8, 0);
-            for (a, &q) in self.abs.iter_mut().zip(&self.qs) {
-                *a = q.unsigned_abs();
             }
         }
     }
@@ -254,11 +246,10 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
 /// A Q8 activation row: quants, scales, sums.
 pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32]);
 
-/// A row of [`Unpacked`] weights (`abs` empty but for Q8_0).
+/// A row of [`Unpacked`] weights.
 #[derive(Clone, Copy)]
 pub struct WRow<'a> {
     pub q: &'a [i8],
-    pub abs: &'a [u8],
     pub d: &'a [f32],
     pub m: &'a [f32],
 }
@@ -477,9 +468,9 @@ mod avx2 {
     /// each row, which costs less. Per block and weight row the vector
     /// units do one `maddubs`, one `madd`, one conversion, one multiply of
     /// the scales (each broadcast straight from memory) and one `fma`, plus
-    /// by kind: Q8_0 one sign move onto x (the weight's magnitude comes
-    /// unpacked), Q4_0 one subtraction of `8·(x pair)` (one `maddubs` per
-    /// activation block), Q4_1 a scalar `fma` of the minimum.
+    /// by kind: Q8_0 two sign moves, Q4_0 one subtraction of `8·(x pair)`
+    /// (one `maddubs` per activation block), Q4_1 a scalar `fma` of the
+    /// minimum.
     #[target_feature(enable = "avx2,fma")]
     fn tile_of<const R: usize, const C: usize, const K: u8>(
         xs: [XRow; R],
@@ -488,67 +479,95 @@ mod avx2 {
         let nb = ws[0].d.len();
         let whole_x =
             |(q, d, s): XRow| q.len() >= nb * QK8 && d.len() >= nb && (K != MIN || s.len() >= nb);
-        let whole_w = |w: WRow| {
-            w.q.len() >= nb * QK8
-                && w.d.len() >= nb
-                && (K != MIN || w.m.len() >= nb)
-                && (K != SIGNED || w.abs.len() >= nb * QK8)
-        };
+        let whole_w =
+            |w: WRow| w.q.len() >= nb * QK8 && w.d.len() >= nb && (K != MIN || w.m.len() >= nb);
         assert!(
             xs.iter().all(|&x| whole_x(x)) && ws.iter().all(|&w| whole_w(w)),
             "tile rows shorter than their blocks"
         );
+        let mut out = [[0f32; C]; R];
+        let mut r = 0;
+        while r < R {
+            // Q4_0's per-row `8·(x pair)` leaves no registers for a
+            // second row: it measured 7% slower in pairs.
+            if R - r >= 2 && K != OFFSET8 {
+                let t = rows_of::<2, C, K>([xs[r], xs[r + 1]], ws, nb);
+                out[r..r + 2].copy_from_slice(&t);
+                r += 2;
+            } else {
+                out[r] = rows_of::<1, C, K>([xs[r]], ws, nb)[0];
+                r += 1;
+            }
+        }
+        out
+    }
+
+    /// `P` activation rows (1 or 2) against the `C` weight rows, each
+    /// weight block loaded once for the `P` rows (`P · C` accumulators in
+    /// registers). Rows hold `nb` blocks (checked by the caller).
+    #[target_feature(enable = "avx2,fma")]
+    fn rows_of<const P: usize, const C: usize, const K: u8>(
+        xs: [XRow; P],
+        ws: [WRow; C],
+        nb: usize,
+    ) -> [[f32; C]; P] {
         let ones = _mm256_set1_epi16(1);
         let eights = _mm256_set1_epi8(8);
-        let mut out = [[0f32; C]; R];
-        for (r, out) in out.iter_mut().enumerate() {
-            let (xq, xd, xs) = xs[r];
-            let mut acc = [_mm256_setzero_ps(); C];
-            let mut mins = [0f32; C];
-            for b in 0..nb {
-                // SAFETY: b < nb, and every row holds nb blocks (asserted
-                // above); loadu needs no alignment.
-                let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(b * QK8).cast()) };
-                // SAFETY: as above.
-                let dx = unsafe { _mm256_broadcast_ss(&*xd.as_ptr().add(b)) };
-                // 8·(x pair) in i16, for Q4_0's unsigned nibbles.
-                let x8 = if K == OFFSET8 {
-                    _mm256_maddubs_epi16(eights, x)
+        let mut acc = [[_mm256_setzero_ps(); C]; P];
+        let mut mins = [[0f32; C]; P];
+        for b in 0..nb {
+            // SAFETY: b < nb, and every row holds nb blocks (asserted by
+            // `tile_of`); loadu needs no alignment.
+            let x: [__m256i; P] = std::array::from_fn(|p| unsafe {
+                _mm256_loadu_si256(xs[p].0.as_ptr().add(b * QK8).cast())
+            });
+            // SAFETY: as above.
+            let dx: [__m256; P] =
+                std::array::from_fn(|p| unsafe { _mm256_broadcast_ss(&*xs[p].1.as_ptr().add(b)) });
+            // 8·(x pair) in i16, for Q4_0's unsigned nibbles.
+            let x8: [__m256i; P] = std::array::from_fn(|p| {
+                if K == OFFSET8 {
+                    _mm256_maddubs_epi16(eights, x[p])
                 } else {
                     ones
+                }
+            });
+            for (c, w) in ws.iter().enumerate() {
+                // SAFETY: as above.
+                let q = unsafe { _mm256_loadu_si256(w.q.as_ptr().add(b * QK8).cast()) };
+                // SAFETY: as above.
+                let dw = unsafe { _mm256_broadcast_ss(&*w.d.as_ptr().add(b)) };
+                let qa = if K == SIGNED {
+                    _mm256_sign_epi8(q, q)
+                } else {
+                    q
                 };
-                for (c, w) in ws.iter().enumerate() {
-                    // SAFETY: as above.
-                    let q = unsafe { _mm256_loadu_si256(w.q.as_ptr().add(b * QK8).cast()) };
+                for p in 0..P {
                     let pairs = match K {
-                        SIGNED => {
-                            // SAFETY: as above (Q8_0 rows hold nb blocks of
-                            // magnitudes).
-                            let abs =
-                                unsafe { _mm256_loadu_si256(w.abs.as_ptr().add(b * QK8).cast()) };
-                            _mm256_maddubs_epi16(abs, _mm256_sign_epi8(x, q))
-                        }
+                        SIGNED => _mm256_maddubs_epi16(qa, _mm256_sign_epi8(x[p], q)),
                         // |pair| ≤ 2·15·127 before and 2·8·127 after the
                         // subtraction: no i16 saturation.
-                        OFFSET8 => _mm256_sub_epi16(_mm256_maddubs_epi16(q, x), x8),
-                        _ => _mm256_maddubs_epi16(q, x),
+                        OFFSET8 => _mm256_sub_epi16(_mm256_maddubs_epi16(q, x[p]), x8[p]),
+                        _ => _mm256_maddubs_epi16(q, x[p]),
                     };
                     let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-                    // SAFETY: as above.
-                    let dw = unsafe { _mm256_broadcast_ss(&*w.d.as_ptr().add(b)) };
-                    acc[c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), lanes, acc[c]);
+                    acc[p][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[p]), lanes, acc[p][c]);
                     if K == MIN {
-                        // SAFETY: as above (`MIN` rows hold nb sums and minimums).
-                        let (m, s) = unsafe { (*w.m.get_unchecked(b), *xs.get_unchecked(b)) };
-                        mins[c] = m.mul_add(s, mins[c]);
+                        // SAFETY: as above (`MIN` rows hold nb sums and
+                        // minimums).
+                        let (m, s) = unsafe { (*w.m.get_unchecked(b), *xs[p].2.get_unchecked(b)) };
+                        mins[p][c] = m.mul_add(s, mins[p][c]);
                     }
                 }
             }
+        }
+        let mut out = [[0f32; C]; P];
+        for p in 0..P {
             for c in 0..C {
                 let mut v = [0f32; LANES];
                 // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
-                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[c]) };
-                out[c] = hsum(v) + mins[c];
+                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[p][c]) };
+                out[p][c] = hsum(v) + mins[p][c];
             }
         }
         out
@@ -630,7 +649,6 @@ mod tests {
             };
             let wrow = |j: usize| WRow {
                 q: &u.qs[j * k..(j + 1) * k],
-                abs: u.abs.get(j * k..(j + 1) * k).unwrap_or_default(),
                 d: &u.d[j * nb..(j + 1) * nb],
                 m: &u.m[j * nb..(j + 1) * nb],
             };
@@ -650,6 +668,23 @@ mod tests {
                     };
                     let got: Vec<u32> = got[0].iter().map(|v| v.to_bits()).collect();
                     assert_eq!(got, want, "{dtype:?} tile row {i} weights {j}..");
+                    if i + 3 <= n {
+                        let ws = [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)];
+                        // SAFETY: as above.
+                        let got = unsafe {
+                            avx2::tile::<3, 4>([xrow(i), xrow(i + 1), xrow(i + 2)], ws, kind)
+                        };
+                        for (r, got) in got.iter().enumerate() {
+                            let want: Vec<u32> = (j..j + 4)
+                                .map(|c| {
+                                    tile::<Fused, 1, 1>([xrow(i + r)], [wrow(c)], kind)[0][0]
+                                        .to_bits()
+                                })
+                                .collect();
+                            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                            assert_eq!(got, want, "{dtype:?} 3×4 tile row {} weights {j}..", i + r);
+                        }
+                    }
                     let raw = |c: usize| &w[c * rb..(c + 1) * rb];
                     // SAFETY: as above.
                     let got = unsafe {
