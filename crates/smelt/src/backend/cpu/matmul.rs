@@ -177,7 +177,7 @@ fn item_generic<M: Madd>(
         }
         Acts::Q8(x) => {
             let nb = k / q8::QK8;
-            buf.w.unpack(job.dtype, src);
+            buf.w.unpack::<M>(job.dtype, src);
             let w = &buf.w;
             let kind = q8::Kind::of(job.dtype);
             let wrow = |j: usize| q8::WRow {

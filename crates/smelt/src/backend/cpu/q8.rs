@@ -145,7 +145,18 @@ pub struct Unpacked {
 impl Unpacked {
     /// Unpacks whole rows of `dtype` blocks (a type [`has_q8_path`] accepts).
     #[inline(always)]
-    pub fn unpack(&mut self, dtype: GgmlType, src: &[u8]) {
+    pub fn unpack<M: Madd>(&mut self, dtype: GgmlType, src: &[u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if M::AVX2 {
+            // SAFETY: `M::AVX2` holds only inside the AVX2 entry points,
+            // which run after the CPU reported AVX2, FMA and F16C.
+            return unsafe { avx2::unpack(self, dtype, src) };
+        }
+        self.unpack_portable(dtype, src);
+    }
+
+    #[inline(always)]
+    fn unpack_portable(&mut self, dtype: GgmlType, src: &[u8]) {
         let bytes = dtype.type_size();
         let nb = src.len() / bytes;
         self.qs.resize(nb * QK8, 0);
@@ -295,7 +306,7 @@ mod avx2 {
 
     use half::f16;
 
-    use super::{GgmlType, Kind, LANES, Q8Acts, QK8, WRow, XRow, hsum};
+    use super::{GgmlType, Kind, LANES, Q8Acts, QK8, Unpacked, WRow, XRow, hsum};
 
     /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
     /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
@@ -392,6 +403,47 @@ mod avx2 {
             out[c] = hsum(v) + mins[c];
         }
         out
+    }
+
+    /// [`Unpacked::unpack`] a block at a time: LLVM left the nibble loop
+    /// scalar, 6% of a prompt.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn unpack(u: &mut Unpacked, dtype: GgmlType, src: &[u8]) {
+        let bytes = dtype.type_size();
+        let nb = src.len() / bytes;
+        u.qs.resize(nb * QK8, 0);
+        u.d.resize(nb, 0.0);
+        u.m.resize(nb, 0.0);
+        let half = |b: &[u8], at: usize| {
+            let h = i32::from(u16::from_le_bytes([b[at], b[at + 1]]));
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)))
+        };
+        let at = if dtype == GgmlType::Q4_1 { 4 } else { 2 };
+        let blocks = src.chunks_exact(bytes).zip(u.qs.chunks_exact_mut(QK8));
+        for (i, (blk, q)) in blocks.enumerate() {
+            u.d[i] = half(blk, 0);
+            let q: &mut [i8; QK8] = q.try_into().expect("whole blocks");
+            let v = if dtype == GgmlType::Q8_0 {
+                let qs: &[u8; 32] = blk[2..34].try_into().expect("a Q8_0 block");
+                // SAFETY: 32 readable bytes; loadu needs no alignment.
+                unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
+            } else {
+                if dtype == GgmlType::Q4_1 {
+                    u.m[i] = half(blk, 2);
+                }
+                let qs: &[u8; 16] = blk[at..at + 16].try_into().expect("a Q4 block");
+                // SAFETY: 16 readable bytes.
+                let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+                // Low nibbles are values 0..16, high nibbles 16..32.
+                let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
+                _mm256_and_si256(both, _mm256_set1_epi8(15))
+            };
+            // SAFETY: `q` is 32 writable bytes; storeu needs no alignment.
+            unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), v) };
+        }
     }
 
     /// [`Q8Acts::quantize_rows`] 8 values at a time, with the same
@@ -638,7 +690,15 @@ mod tests {
             assert_eq!(qa.d, qb.d);
             assert_eq!(qa.s, qb.s);
             let mut u = Unpacked::default();
-            u.unpack(dtype, &w);
+            u.unpack_portable(dtype, &w);
+            let mut ua = Unpacked::default();
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+            unsafe { avx2::unpack(&mut ua, dtype, &w) };
+            assert_eq!(
+                (&u.qs, &u.d, &u.m),
+                (&ua.qs, &ua.d, &ua.m),
+                "{dtype:?} unpacking"
+            );
             let kind = Kind::of(dtype);
             let xrow = |i: usize| {
                 (
