@@ -71,36 +71,64 @@ pub fn matmul(
     acts: Acts,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
-    let row_bytes = dtype.row_bytes(k).ok_or(QuantError::NotWholeBlocks {
-        dtype,
-        n: k,
-        block: dtype.block_size(),
-    })?;
-    let m = w.len() / row_bytes.max(1);
-    if m == 0 || n == 0 {
-        return Ok(());
+    matmuls(pool, isa, scratch, &[(w, dtype)], k, n, acts, &mut [out])
+}
+
+/// `outs[i] = x · ws[i]ᵀ` for weights `ws[i] = (bytes, type)` sharing one
+/// input, in one pool job: their work items are numbered one after the
+/// other, so small matrices (a decode's K and V) share the threads with
+/// their neighbours instead of each waiting for its own job to close.
+#[allow(clippy::too_many_arguments)]
+pub fn matmuls(
+    pool: &mut ThreadPool,
+    isa: Isa,
+    scratch: &[Mutex<Scratch>],
+    ws: &[(&[u8], GgmlType)],
+    k: usize,
+    n: usize,
+    acts: Acts,
+    outs: &mut [&mut [f32]],
+) -> Result<(), QuantError> {
+    let mut jobs = Vec::with_capacity(ws.len());
+    // The first item of each job, and the total.
+    let mut starts = Vec::with_capacity(ws.len());
+    let mut total = 0;
+    for (&(w, dtype), out) in ws.iter().zip(outs.iter_mut()) {
+        let row_bytes = dtype.row_bytes(k).ok_or(QuantError::NotWholeBlocks {
+            dtype,
+            n: k,
+            block: dtype.block_size(),
+        })?;
+        let m = w.len() / row_bytes.max(1);
+        if m == 0 || n == 0 {
+            continue;
+        }
+        starts.push(total);
+        total += m.div_ceil(W_BLOCK) * n.div_ceil(X_BLOCK);
+        jobs.push(Job {
+            w,
+            dtype,
+            row_bytes,
+            m,
+            k,
+            acts,
+            out: SharedMut::new(out),
+        });
     }
-    let (n_wb, n_xb) = (m.div_ceil(W_BLOCK), n.div_ceil(X_BLOCK));
-    let job = Job {
-        w,
-        dtype,
-        row_bytes,
-        m,
-        k,
-        acts,
-        out: SharedMut::new(out),
-    };
     let error = Mutex::new(None);
     // Decode streams the weights from memory once: longer runs of
     // consecutive rows per grab keep the hardware prefetcher on one stream.
     let chunk = if n <= 2 { DECODE_CHUNK } else { 1 };
-    pool.for_each(n_wb * n_xb, chunk, &|t, items| {
+    pool.for_each(total, chunk, &|t, items| {
         let mut buf = scratch[t].lock().unwrap_or_else(|e| e.into_inner());
         for item in items {
+            let j = starts.partition_point(|&s| s <= item) - 1;
+            let (job, item) = (&jobs[j], item - starts[j]);
+            let n_wb = job.m.div_ceil(W_BLOCK);
             let (xb, wb) = (item / n_wb, item % n_wb);
-            let rows = wb * W_BLOCK..m.min((wb + 1) * W_BLOCK);
+            let rows = wb * W_BLOCK..job.m.min((wb + 1) * W_BLOCK);
             let xrows = xb * X_BLOCK..n.min((xb + 1) * X_BLOCK);
-            if let Err(e) = item_kernel(isa, &job, rows, xrows, &mut buf) {
+            if let Err(e) = item_kernel(isa, job, rows, xrows, &mut buf) {
                 *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
             }
         }
