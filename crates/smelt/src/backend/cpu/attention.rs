@@ -522,16 +522,17 @@ mod avx2 {
             }
         }
         // The value updates, over units of 4 registers (32 values) of one
-        // head, 3 units at a time: 12 accumulators stay in registers, and
+        // head, 2 units at a time: 8 accumulators stay in registers (12
+        // spilled to the stack), and
         // their independent f16 roundings overlap.
         sums.fill(0.0);
         let units = g * N / 4;
         let steps = (&es[..], &ups[..], s);
         let mut u = 0;
         while u < units {
-            if units - u >= 3 {
-                value_updates::<N, 3>(u, steps, vals, f16_cache, accs, sums);
-                u += 3;
+            if units - u >= 2 {
+                value_updates::<N, 2>(u, steps, vals, f16_cache, accs, sums);
+                u += 2;
             } else {
                 value_updates::<N, 1>(u, steps, vals, f16_cache, accs, sums);
                 u += 1;
@@ -588,8 +589,10 @@ mod avx2 {
         let [mut a0, mut a1, mut a2] = [[_mm256_setzero_ps(); 4]; 3];
         for j in 0..s {
             step(&mut a0, sums, 0, j);
-            if U == 3 {
+            if U >= 2 {
                 step(&mut a1, sums, 1, j);
+            }
+            if U >= 3 {
                 step(&mut a2, sums, 2, j);
             }
         }
