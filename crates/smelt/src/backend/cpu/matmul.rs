@@ -218,6 +218,7 @@ fn item_generic<M: Madd>(
                     &x.qs[i * k..(i + 1) * k],
                     &x.d[i * nb..(i + 1) * nb],
                     &x.s[i * nb..(i + 1) * nb],
+                    x.x8.get(i * k / 2..(i + 1) * k / 2).unwrap_or_default(),
                 )
             };
             tiles(

@@ -43,6 +43,9 @@ pub struct Q8Acts {
     pub d: Vec<f32>,
     /// `n × nb` `f16(amax/127 · Σq)`, widened: Q4_1's minimum multiplies it.
     pub s: Vec<f32>,
+    /// `n × k/2` sums `8·(q[2i] + q[2i+1])`, what Q4_0's unsigned nibbles
+    /// take off each pair ([`Kind::Offset8`]); AVX2 quantizing only.
+    pub x8: Vec<i16>,
 }
 
 impl Q8Acts {
@@ -254,8 +257,9 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
     out
 }
 
-/// A Q8 activation row: quants, scales, sums.
-pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+/// A Q8 activation row: quants, scales, sums, 8·pair sums (see
+/// [`Q8Acts`]; only the AVX2 Q4_0 tile reads them).
+pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32], &'a [i16]);
 
 /// A row of [`Unpacked`] weights.
 #[derive(Clone, Copy)]
@@ -455,11 +459,16 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn quantize_rows(acts: &mut Q8Acts, x: &[f32]) {
         acts.resize(x.len());
+        acts.x8.resize(x.len() / 2, 0);
+        let eights = _mm256_set1_epi8(8);
         let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
         // packs interleaves 128-bit halves; this puts the 32 bytes in order.
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        let blocks = x.chunks_exact(QK8).zip(acts.qs.chunks_exact_mut(QK8));
-        for ((xb, qb), (d, s)) in blocks.zip(acts.d.iter_mut().zip(acts.s.iter_mut())) {
+        let blocks = x
+            .chunks_exact(QK8)
+            .zip(acts.qs.chunks_exact_mut(QK8))
+            .zip(acts.x8.chunks_exact_mut(QK8 / 2));
+        for (((xb, qb), x8), (d, s)) in blocks.zip(acts.d.iter_mut().zip(acts.s.iter_mut())) {
             // SAFETY: `xb` is 32 readable f32s; loadu needs no alignment.
             let v: [__m256; 4] =
                 std::array::from_fn(|j| unsafe { _mm256_loadu_ps(xb[8 * j..].as_ptr()) });
@@ -490,6 +499,10 @@ mod avx2 {
             let bytes = _mm256_permutevar8x32_epi32(bytes, order);
             // SAFETY: `qb` is 32 writable bytes.
             unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), bytes) };
+            // SAFETY: `x8` is 16 writable i16s.
+            unsafe {
+                _mm256_storeu_si256(x8.as_mut_ptr().cast(), _mm256_maddubs_epi16(eights, bytes))
+            };
             *d = f16::from_f32(dv).to_f32();
             *s = f16::from_f32(dv * sums.iter().sum::<i32>() as f32).to_f32();
         }
@@ -529,8 +542,12 @@ mod avx2 {
         ws: [WRow; C],
     ) -> [[f32; C]; R] {
         let nb = ws[0].d.len();
-        let whole_x =
-            |(q, d, s): XRow| q.len() >= nb * QK8 && d.len() >= nb && (K != MIN || s.len() >= nb);
+        let whole_x = |(q, d, s, x8): XRow| {
+            q.len() >= nb * QK8
+                && d.len() >= nb
+                && (K != MIN || s.len() >= nb)
+                && (K != OFFSET8 || x8.len() >= nb * QK8 / 2)
+        };
         let whole_w =
             |w: WRow| w.q.len() >= nb * QK8 && w.d.len() >= nb && (K != MIN || w.m.len() >= nb);
         assert!(
@@ -540,9 +557,7 @@ mod avx2 {
         let mut out = [[0f32; C]; R];
         let mut r = 0;
         while r < R {
-            // Q4_0's per-row `8·(x pair)` leaves no registers for a
-            // second row: it measured 7% slower in pairs.
-            if R - r >= 2 && K != OFFSET8 {
+            if R - r >= 2 {
                 let t = rows_of::<2, C, K>([xs[r], xs[r + 1]], ws, nb);
                 out[r..r + 2].copy_from_slice(&t);
                 r += 2;
@@ -564,7 +579,6 @@ mod avx2 {
         nb: usize,
     ) -> [[f32; C]; P] {
         let ones = _mm256_set1_epi16(1);
-        let eights = _mm256_set1_epi8(8);
         let mut acc = [[_mm256_setzero_ps(); C]; P];
         let mut mins = [[0f32; C]; P];
         for b in 0..nb {
@@ -576,14 +590,6 @@ mod avx2 {
             // SAFETY: as above.
             let dx: [__m256; P] =
                 std::array::from_fn(|p| unsafe { _mm256_broadcast_ss(&*xs[p].1.as_ptr().add(b)) });
-            // 8·(x pair) in i16, for Q4_0's unsigned nibbles.
-            let x8: [__m256i; P] = std::array::from_fn(|p| {
-                if K == OFFSET8 {
-                    _mm256_maddubs_epi16(eights, x[p])
-                } else {
-                    ones
-                }
-            });
             for (c, w) in ws.iter().enumerate() {
                 // SAFETY: as above.
                 let q = unsafe { _mm256_loadu_si256(w.q.as_ptr().add(b * QK8).cast()) };
@@ -599,7 +605,16 @@ mod avx2 {
                         SIGNED => _mm256_maddubs_epi16(qa, _mm256_sign_epi8(x[p], q)),
                         // |pair| ≤ 2·15·127 before and 2·8·127 after the
                         // subtraction: no i16 saturation.
-                        OFFSET8 => _mm256_sub_epi16(_mm256_maddubs_epi16(q, x[p]), x8[p]),
+                        // (8·(x pair) read from memory: in registers it
+                        // left too few for two rows.)
+                        OFFSET8 => {
+                            // SAFETY: as above (Q4_0 rows hold nb · 16
+                            // pair sums).
+                            let x8 = unsafe {
+                                _mm256_loadu_si256(xs[p].3.as_ptr().add(b * QK8 / 2).cast())
+                            };
+                            _mm256_sub_epi16(_mm256_maddubs_epi16(q, x[p]), x8)
+                        }
                         _ => _mm256_maddubs_epi16(q, x[p]),
                     };
                     let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
@@ -702,10 +717,15 @@ mod tests {
             let kind = Kind::of(dtype);
             let xrow = |i: usize| {
                 (
-                    &qa.qs[i * k..(i + 1) * k],
-                    &qa.d[i * nb..(i + 1) * nb],
-                    &qa.s[i * nb..(i + 1) * nb],
+                    &qb.qs[i * k..(i + 1) * k],
+                    &qb.d[i * nb..(i + 1) * nb],
+                    &qb.s[i * nb..(i + 1) * nb],
+                    &qb.x8[i * k / 2..(i + 1) * k / 2],
                 )
+            };
+            let xraw = |i: usize| {
+                let (q, d, s, _) = xrow(i);
+                (q, d, s)
             };
             let wrow = |j: usize| WRow {
                 q: &u.qs[j * k..(j + 1) * k],
@@ -750,7 +770,7 @@ mod tests {
                     let got = unsafe {
                         avx2::raw_dots::<4>(
                             dtype,
-                            xrow(i),
+                            xraw(i),
                             [raw(j), raw(j + 1), raw(j + 2), raw(j + 3)],
                         )
                     };
