@@ -350,37 +350,61 @@ mod avx2 {
         ws: [&[u8]; C],
     ) -> [f32; C] {
         let bytes = [18, 20, 34][T as usize];
+        let at = [2, 4, 2][T as usize];
         let nb = x.1.len();
+        assert!(
+            x.0.len() >= nb * QK8
+                && (T != Q4_1 || x.2.len() >= nb)
+                && ws.iter().all(|w| w.len() >= nb * bytes),
+            "rows shorter than their blocks"
+        );
+        let ones = _mm256_set1_epi16(1);
+        let eights = _mm256_set1_epi8(8);
+        let mask = _mm256_set1_epi8(15);
+        // The high 128 bits shift by 4: high nibbles.
+        let shift = _mm256_setr_epi64x(0, 0, 4, 4);
         let mut acc = [_mm256_setzero_ps(); C];
         let mut mins = [0f32; C];
-        let half = |b: &[u8], at: usize| {
-            let h = i32::from(u16::from_le_bytes([b[at], b[at + 1]]));
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)))
+        // Every pointer read below is at block b < nb of a row that holds
+        // nb blocks (asserted above), within the block's bytes; the reads
+        // and loads are unaligned ones.
+        let half = |p: *const u8| {
+            // SAFETY: see above (a block's scale or minimum).
+            let h = unsafe { p.cast::<u16>().read_unaligned() };
+            _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))
         };
         for b in 0..nb {
-            let xb: &[i8; QK8] = x.0[b * QK8..(b + 1) * QK8]
-                .try_into()
-                .expect("a whole block");
-            // SAFETY: 32 readable bytes; loadu needs no alignment.
-            let xv = unsafe { _mm256_loadu_si256(xb.as_ptr().cast()) };
-            let xd = x.1[b];
-            let x8 = _mm256_maddubs_epi16(_mm256_set1_epi8(8), xv);
+            // SAFETY: see above.
+            let xv = unsafe { _mm256_loadu_si256(x.0.as_ptr().add(b * QK8).cast()) };
+            // SAFETY: see above.
+            let xd = unsafe { *x.1.get_unchecked(b) };
+            let x8 = _mm256_maddubs_epi16(eights, xv);
+            let blk: [*const u8; C] =
+                std::array::from_fn(|c| unsafe { ws[c].as_ptr().add(b * bytes) });
+            // The C scales times x's: one conversion and one multiply for 4
+            // rows, each lane then broadcast.
+            let dd: [__m256; C] = if C == 4 {
+                // SAFETY: see above (the block's scale).
+                let h = |c: usize| unsafe { blk[c].cast::<i16>().read_unaligned() };
+                let h = _mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0);
+                let d = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd)));
+                std::array::from_fn(|c| _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c as i32)))
+            } else {
+                std::array::from_fn(|c| _mm256_set1_ps(_mm_cvtss_f32(half(blk[c])) * xd))
+            };
             for c in 0..C {
-                let blk = &ws[c][b * bytes..(b + 1) * bytes];
                 let q = if T == Q8_0 {
-                    let qs: &[u8; 32] = blk[2..34].try_into().expect("a Q8_0 block");
-                    // SAFETY: 32 readable bytes.
-                    unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
+                    // SAFETY: see above (the block's 32 quants).
+                    unsafe { _mm256_loadu_si256(blk[c].add(at).cast()) }
                 } else {
-                    let at = if T == Q4_1 { 4 } else { 2 };
-                    let qs: &[u8; 16] = blk[at..at + 16].try_into().expect("a Q4 block");
-                    // SAFETY: 16 readable bytes.
-                    let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
                     // Low nibbles are values 0..16, high nibbles 16..32.
-                    let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
-                    _mm256_and_si256(both, _mm256_set1_epi8(15))
+                    // SAFETY: see above (the block's 16 bytes of nibbles).
+                    let lo = unsafe { _mm_loadu_si128(blk[c].add(at).cast()) };
+                    _mm256_and_si256(
+                        _mm256_srlv_epi64(_mm256_broadcastsi128_si256(lo), shift),
+                        mask,
+                    )
                 };
-                let dd = _mm256_set1_ps(half(blk, 0) * xd);
                 let l = if T == Q8_0 {
                     lanes(q, xv)
                 } else {
@@ -391,11 +415,13 @@ mod avx2 {
                     if T == Q4_0 {
                         pairs = _mm256_sub_epi16(pairs, x8);
                     }
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones))
                 };
-                acc[c] = _mm256_fmadd_ps(dd, l, acc[c]);
+                acc[c] = _mm256_fmadd_ps(dd[c], l, acc[c]);
                 if T == Q4_1 {
-                    mins[c] = half(blk, 2).mul_add(x.2[b], mins[c]);
+                    // SAFETY: see above (x's sum and the block's minimum).
+                    let (s, m) = unsafe { (*x.2.get_unchecked(b), blk[c].add(2)) };
+                    mins[c] = _mm_cvtss_f32(half(m)).mul_add(s, mins[c]);
                 }
             }
         }
