@@ -36,6 +36,8 @@ const W_BLOCK: usize = 16;
 const X_BLOCK: usize = 256;
 /// Work items per grab in decode: 64 weight rows.
 const DECODE_CHUNK: usize = 4;
+/// How many weight rows ahead a decode prefetches.
+const PREFETCH_ROWS: usize = 4;
 /// Register tile: activation rows × weight rows (12 accumulators of 8 lanes
 /// fit the 16 AVX registers with room for the loads).
 const XR: usize = 3;
@@ -184,9 +186,13 @@ fn item_generic<M: Madd>(
                 let wrow = |j: usize| &src[j * job.row_bytes..(j + 1) * job.row_bytes];
                 let mut j = 0;
                 while j < nw {
-                    // The next 4 rows are fetched while these compute: a
-                    // decode waits on memory, not on arithmetic.
-                    prefetch::<M>(src.get((j + WR) * job.row_bytes..(j + 2 * WR) * job.row_bytes));
+                    // Rows ahead are fetched while these compute: a decode
+                    // waits on memory, not on arithmetic. From the whole
+                    // matrix, so the first rows of the next item (which this
+                    // thread most likely takes too) are on their way.
+                    let ahead = (rows.start + j + PREFETCH_ROWS) * job.row_bytes;
+                    let end = job.w.len().min(ahead + WR * job.row_bytes);
+                    prefetch::<M>(job.w.get(ahead.min(end)..end));
                     if nw - j >= WR {
                         let t = q8::raw_dots::<M, WR>(
                             job.dtype,
