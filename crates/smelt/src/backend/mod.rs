@@ -255,6 +255,17 @@ pub trait Backend: Send {
     /// `out` is `n × m`.
     fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()>;
 
+    /// `outs[i] = x · ws[i]ᵀ`: matmuls of one input, which a backend may run
+    /// as one job (the CPU quantizes `x` once and shares one pool job out).
+    /// The same results as [`Backend::matmul`] on each pair, which is what
+    /// this default does.
+    fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
+        for (&w, &out) in ws.iter().zip(outs) {
+            self.matmul(w, x, out)?;
+        }
+        Ok(())
+    }
+
     /// Causal, grouped-query attention over the KV cache.
     ///
     /// `q` is `n × (n_heads·head_dim)`; the caches are `(slots·ctx) ×

@@ -286,12 +286,8 @@ pub fn forward(
         let last = il + 1 == w.layers.len();
         let (h, q, k, v) = (rows(a.h), rows(a.q), rows(a.k), rows(a.v));
         b.rms_norm(x, Some(l.attn_norm), c.rms_eps, h)?;
-        for (wt, bias, out) in [
-            (l.attn_q, l.bias[0], q),
-            (l.attn_k, l.bias[1], k),
-            (l.attn_v, l.bias[2], v),
-        ] {
-            b.matmul(wt, h, out)?;
+        b.matmuls(&[l.attn_q, l.attn_k, l.attn_v], h, &[q, k, v])?;
+        for (bias, out) in [(l.bias[0], q), (l.bias[1], k), (l.bias[2], v)] {
             if let Some(bias) = bias {
                 b.add(out, bias, out)?;
             }
@@ -322,8 +318,7 @@ pub fn forward(
         let (h, proj) = (a.h.with_rows(m), a.proj.with_rows(m));
         let (gate, up, act) = (a.gate.with_rows(m), a.up.with_rows(m), a.act.with_rows(m));
         b.rms_norm(cur, Some(l.ffn_norm), c.rms_eps, h)?;
-        b.matmul(l.ffn_gate, h, gate)?;
-        b.matmul(l.ffn_up, h, up)?;
+        b.matmuls(&[l.ffn_gate, l.ffn_up], h, &[gate, up])?;
         b.silu_mul(gate, up, act)?;
         b.matmul(l.ffn_down, act, proj)?;
         b.add(cur, proj, cur)?;

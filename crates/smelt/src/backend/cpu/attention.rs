@@ -104,15 +104,17 @@ fn item_generic<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mu
     let kv_cols = p.n_kv_heads * hd;
     let spans = &job.spans[rows.clone()];
     let s_max = spans.iter().map(|&(_, f, l)| l + 1 - f).max().unwrap_or(0);
-    // Scratch: keys s_max × hd | values s_max × hd | query hd | accumulator hd.
-    let need = 2 * s_max * hd + 2 * hd;
+    let group = p.n_heads / p.n_kv_heads;
+    // Scratch: keys s_max × hd | values s_max × hd | queries group × hd |
+    // accumulators group × hd | 2 · group × s_max for the grouped kernel.
+    let need = 2 * s_max * hd + 2 * group * hd + 2 * group * s_max;
     if buf.len() < need {
         buf.resize(need, 0.0);
     }
     let (keys, rest) = buf.split_at_mut(s_max * hd);
     let (vals, rest) = rest.split_at_mut(s_max * hd);
-    let (qh, rest) = rest.split_at_mut(hd);
-    let acc = &mut rest[..hd];
+    let (qh, rest) = rest.split_at_mut(group * hd);
+    let (acc, work) = rest.split_at_mut(group * hd);
     // The cache rows widened so far: `(base, first, count)`.
     let mut widened: Option<(usize, usize, usize)> = None;
     for (row, &(base, first, last)) in rows.zip(spans) {
@@ -128,12 +130,23 @@ fn item_generic<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mu
             widen(job.v, at, &mut vals[j * hd..(j + 1) * hd]);
         }
         widened = Some((base, first, have.max(s)));
-        row_kernel::<M>(job, row, kv_head, &keys[..s * hd], &vals[..s * hd], qh, acc);
+        row_kernel::<M>(
+            job,
+            row,
+            kv_head,
+            &keys[..s * hd],
+            &vals[..s * hd],
+            qh,
+            acc,
+            work,
+        );
     }
 }
 
 /// Every query head of `kv_head`'s group for one row, over its span's
-/// widened keys and values (`s × hd` each).
+/// widened keys and values (`s × hd` each). `qh` and `acc` hold
+/// `group × hd` values, `work` `2 · group × s`.
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn row_kernel<M: Madd>(
     job: &Job,
@@ -143,6 +156,7 @@ fn row_kernel<M: Madd>(
     vals: &[f32],
     qh: &mut [f32],
     acc: &mut [f32],
+    work: &mut [f32],
 ) {
     let p = job.p;
     let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
@@ -158,20 +172,88 @@ fn row_kernel<M: Madd>(
     };
     // With a softcap ggml folds 1/cap into the scale, then takes cap·tanh.
     let scale = p.softcap.map_or(p.scale, |cap| p.scale / cap);
-    for h in kv_head * group..(kv_head + 1) * group {
-        let q = &job.q[row * q_cols + h * hd..row * q_cols + (h + 1) * hd];
-        qh.copy_from_slice(q);
-        round(qh);
-        let sum = online_softmax::<M>(qh, keys, vals, scale, p.softcap, f16_cache, acc);
+    let heads = kv_head * group..(kv_head + 1) * group;
+    let q_at = |h: usize| row * q_cols + h * hd;
+    qh.copy_from_slice(&job.q[q_at(heads.start)..q_at(heads.end)]);
+    round(qh);
+    let mut sums = [0f32; MAX_GROUP];
+    let grouped = group <= MAX_GROUP
+        && grouped_softmax::<M>(
+            hd,
+            qh,
+            keys,
+            vals,
+            scale,
+            p.softcap,
+            f16_cache,
+            acc,
+            work,
+            &mut sums[..group],
+        );
+    for (i, h) in heads.enumerate() {
+        let (q, a) = (&qh[i * hd..(i + 1) * hd], &mut acc[i * hd..(i + 1) * hd]);
+        let sum = if grouped {
+            sums[i]
+        } else {
+            online_softmax::<M>(q, keys, vals, scale, p.softcap, f16_cache, a)
+        };
         let inv = if sum == 0.0 { 0.0 } else { 1.0 / sum };
         // SAFETY: row `row`, head `h` belongs to this item alone (its query
         // row and one of its KV head's query heads), and `out` outlives the
         // pool job.
-        let o = unsafe { job.out.slice(row * q_cols + h * hd, hd) };
-        for (o, &a) in o.iter_mut().zip(acc.iter()) {
+        let o = unsafe { job.out.slice(q_at(h), hd) };
+        for (o, &a) in o.iter_mut().zip(a.iter()) {
             *o = a * inv;
         }
     }
+}
+
+/// Query heads per KV head that [`grouped_softmax`] takes.
+const MAX_GROUP: usize = 16;
+
+/// [`online_softmax`] for all the query heads of a group at once, with the
+/// same operations in the same order per head, rearranged: every score
+/// first, then the running maximum and the argument of each step's one
+/// `exp`, then the exps, then the value updates of all heads key by key
+/// (independent heads hide each other's f16 rounding latency). Returns
+/// false where it has no kernel (then nothing is written).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn grouped_softmax<M: Madd>(
+    hd: usize,
+    qs: &[f32],
+    keys: &[f32],
+    vals: &[f32],
+    scale: f32,
+    softcap: Option<f32>,
+    f16_cache: bool,
+    accs: &mut [f32],
+    work: &mut [f32],
+    sums: &mut [f32],
+) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY (each): `M::AVX2` holds only inside the AVX2 entry points,
+        // which run after the CPU reported AVX2, FMA and F16C.
+        match hd {
+            64 => unsafe {
+                avx2::grouped_softmax::<8>(
+                    qs, keys, vals, scale, softcap, f16_cache, accs, work, sums,
+                )
+            },
+            128 => unsafe {
+                avx2::grouped_softmax::<16>(
+                    qs, keys, vals, scale, softcap, f16_cache, accs, work, sums,
+                )
+            },
+            _ => return false,
+        }
+        return true;
+    }
+    let _ = (
+        hd, qs, keys, vals, scale, softcap, f16_cache, accs, work, sums,
+    );
+    false
 }
 
 /// Online softmax of `qh` over the span's `keys` in position order (flash
@@ -347,6 +429,185 @@ mod avx2 {
         sum
     }
 
+    /// `grouped_softmax` for `hd = 8·N`: queries `g × hd`, keys and values
+    /// `s × hd`; `accs` gets the `g × hd` accumulators, `sums` (`g`) the
+    /// denominators; `work` holds `2·g·s`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn grouped_softmax<const N: usize>(
+        qs: &[f32],
+        keys: &[f32],
+        vals: &[f32],
+        scale: f32,
+        softcap: Option<f32>,
+        f16_cache: bool,
+        accs: &mut [f32],
+        work: &mut [f32],
+        sums: &mut [f32],
+    ) {
+        let hd = N * LANES;
+        let (g, s) = (sums.len(), keys.len() / hd);
+        // Per head: each step's exp (`es`), and whether it raised the
+        // maximum (`ups`: then it scales the accumulator, else the value).
+        let (es, ups) = work[..2 * g * s].split_at_mut(g * s);
+        for h in 0..g {
+            let q = &qs[h * hd..(h + 1) * hd];
+            // SAFETY: 8 readable f32s each; loadu needs no alignment.
+            let q: [__m256; N] =
+                std::array::from_fn(|i| unsafe { _mm256_loadu_ps(q[i * LANES..].as_ptr()) });
+            let (e, up) = (&mut es[h * s..(h + 1) * s], &mut ups[h * s..(h + 1) * s]);
+            // `dot_lanes` per key in registers, and `dot_finish` for 8 keys
+            // at a time (`v` = the folded accumulators of each).
+            let fold = |key: &[f32]| {
+                let mut acc = [_mm256_setzero_ps(); 4];
+                for (i, q) in q.iter().enumerate() {
+                    // SAFETY: 8 readable f32s; loadu needs no alignment.
+                    let k = unsafe { _mm256_loadu_ps(key[i * LANES..].as_ptr()) };
+                    acc[i % 4] = _mm256_fmadd_ps(*q, k, acc[i % 4]);
+                }
+                _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]))
+            };
+            let scale8 = _mm256_set1_ps(scale);
+            // hadd leaves keys in order 0 2 4 6 1 3 5 7.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            let mut e8 = e.chunks_exact_mut(LANES);
+            for (e, keys) in (&mut e8).zip(keys.chunks_exact(LANES * hd)) {
+                let v: [__m256; LANES] = std::array::from_fn(|i| fold(&keys[i * hd..]));
+                // t = v[0..4] + v[4..8] of two keys per register.
+                let t: [__m256; 4] = std::array::from_fn(|i| {
+                    let (a, b) = (v[2 * i], v[2 * i + 1]);
+                    _mm256_add_ps(
+                        _mm256_permute2f128_ps::<0x20>(a, b),
+                        _mm256_permute2f128_ps::<0x31>(a, b),
+                    )
+                });
+                // (t0 + t1) and (t2 + t3), then their sum.
+                let h = _mm256_hadd_ps(_mm256_hadd_ps(t[0], t[1]), _mm256_hadd_ps(t[2], t[3]));
+                let scores = _mm256_mul_ps(_mm256_permutevar8x32_ps(h, order), scale8);
+                // SAFETY: 8 writable f32s; storeu needs no alignment.
+                unsafe { _mm256_storeu_ps(e.as_mut_ptr(), scores) };
+            }
+            let done = s - s % LANES;
+            for (e, key) in e8
+                .into_remainder()
+                .iter_mut()
+                .zip(keys[done * hd..].chunks_exact(hd))
+            {
+                let v = fold(key);
+                let t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+                // (t0 + t1) + (t2 + t3).
+                let t = _mm_hadd_ps(t, t);
+                *e = _mm_cvtss_f32(_mm_hadd_ps(t, t)) * scale;
+            }
+            if let Some(cap) = softcap {
+                for e in e.iter_mut() {
+                    *e = cap * e.tanh();
+                }
+            }
+            let mut max = f32::NEG_INFINITY;
+            for (e, up) in e.iter_mut().zip(up.iter_mut()) {
+                // Without branches: early on a new maximum is common and
+                // unpredictable.
+                let score = *e;
+                let raised = score > max;
+                *e = if raised { max - score } else { score - max };
+                *up = f32::from(u8::from(raised));
+                max = if raised { score } else { max };
+            }
+            for e in e.iter_mut() {
+                *e = e.exp();
+            }
+        }
+        // The value updates, over units of 4 registers (32 values) of one
+        // head, 2 units at a time: 8 accumulators stay in registers (12
+        // spilled to the stack), and
+        // their independent f16 roundings overlap.
+        sums.fill(0.0);
+        let units = g * N / 4;
+        let steps = (&es[..], &ups[..], s);
+        let mut u = 0;
+        while u < units {
+            if units - u >= 2 {
+                value_updates::<N, 2>(u, steps, vals, f16_cache, accs, sums);
+                u += 2;
+            } else {
+                value_updates::<N, 1>(u, steps, vals, f16_cache, accs, sums);
+                u += 1;
+            }
+        }
+    }
+
+    /// Units `u0..u0 + U` of `grouped_softmax`'s value updates (unit `u`:
+    /// head `u / (N/4)`, values `32·(u % (N/4))..` of it); `steps` = (exps,
+    /// maximum raised, span) per head.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn value_updates<const N: usize, const U: usize>(
+        u0: usize,
+        steps: (&[f32], &[f32], usize),
+        vals: &[f32],
+        f16_cache: bool,
+        accs: &mut [f32],
+        sums: &mut [f32],
+    ) {
+        let (es, ups, s) = steps;
+        let hd = N * LANES;
+        let per_head = N / 4;
+        let round = |v: __m256| {
+            if f16_cache {
+                _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(v))
+            } else {
+                v
+            }
+        };
+        let unit = |k: usize| ((u0 + k) / per_head, (u0 + k) % per_head);
+        // One unit's update for key `j`, written out per unit below (with
+        // a loop LLVM kept the accumulators on the stack).
+        let step = |acc: &mut [__m256; 4], sums: &mut [f32], k: usize, j: usize| {
+            let (h, c) = unit(k);
+            let (e, up) = (es[h * s + j], ups[h * s + j] != 0.0);
+            let (ms, vs) = if up { (e, 1.0) } else { (1.0, e) };
+            let v8 = _mm256_set1_ps(vs);
+            if up {
+                let m = _mm256_set1_ps(ms);
+                for a in acc.iter_mut() {
+                    *a = round(_mm256_mul_ps(*a, m));
+                }
+            }
+            let val = &vals[j * hd + c * 4 * LANES..j * hd + (c + 1) * 4 * LANES];
+            for (r, a) in acc.iter_mut().enumerate() {
+                // SAFETY: 8 readable f32s; loadu needs no alignment.
+                let v = unsafe { _mm256_loadu_ps(val[r * LANES..].as_ptr()) };
+                *a = round(_mm256_fmadd_ps(v, v8, *a));
+            }
+            if c == 0 {
+                sums[h] = sums[h].mul_add(ms, vs);
+            }
+        };
+        let [mut a0, mut a1, mut a2] = [[_mm256_setzero_ps(); 4]; 3];
+        for j in 0..s {
+            step(&mut a0, sums, 0, j);
+            if U >= 2 {
+                step(&mut a1, sums, 1, j);
+            }
+            if U >= 3 {
+                step(&mut a2, sums, 2, j);
+            }
+        }
+        let acc = [a0, a1, a2];
+        let acc = &acc[..U];
+        for (k, acc) in acc.iter().enumerate() {
+            let (h, c) = unit(k);
+            let out = &mut accs[h * hd + c * 4 * LANES..h * hd + (c + 1) * 4 * LANES];
+            for (r, a) in acc.iter().enumerate() {
+                // SAFETY: 8 writable f32s; storeu needs no alignment.
+                unsafe { _mm256_storeu_ps(out[r * LANES..].as_mut_ptr(), *a) };
+            }
+        }
+    }
+
     /// The four accumulators of `dot_ggml` over `a` and `b` (equal lengths,
     /// a multiple of 32): lane `l` of accumulator `j` is the fused sum of
     /// products `32·i + 8·j + l`, in order of `i`, as the portable loop.
@@ -373,5 +634,65 @@ mod avx2 {
             unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc) };
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::simd::{Avx2Fma, Isa};
+
+    /// The grouped kernel gives, bit for bit, each head's online softmax.
+    #[test]
+    fn grouped_softmax_matches_online_softmax() {
+        if Isa::detect() != Isa::Avx2 {
+            return;
+        }
+        let mut seed = 12345u64;
+        let mut rnd = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        };
+        for (hd, g, s, f16_cache, softcap) in [
+            (64, 3, 1, true, None),
+            (64, 3, 77, true, None),
+            (64, 2, 300, false, None),
+            (128, 4, 50, true, Some(30.0)),
+        ] {
+            let round = |v: Vec<f32>| -> Vec<f32> {
+                if f16_cache {
+                    v.iter().map(|&x| half::f16::from_f32(x).to_f32()).collect()
+                } else {
+                    v
+                }
+            };
+            let qs = round((0..g * hd).map(|_| rnd()).collect());
+            let keys = round((0..s * hd).map(|_| rnd()).collect());
+            let vals = round((0..s * hd).map(|_| rnd()).collect());
+            let scale = 0.125;
+            let mut want = vec![0f32; g * hd];
+            let mut want_sums = vec![0f32; g];
+            for h in 0..g {
+                want_sums[h] = online_softmax::<Avx2Fma>(
+                    &qs[h * hd..(h + 1) * hd],
+                    &keys,
+                    &vals,
+                    scale,
+                    softcap,
+                    f16_cache,
+                    &mut want[h * hd..(h + 1) * hd],
+                );
+            }
+            let (mut got, mut sums) = (vec![0f32; g * hd], vec![0f32; g]);
+            let mut work = vec![0f32; 2 * g * s];
+            assert!(grouped_softmax::<Avx2Fma>(
+                hd, &qs, &keys, &vals, scale, softcap, f16_cache, &mut got, &mut work, &mut sums
+            ));
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "hd {hd} g {g} s {s}");
+            assert_eq!(bits(&sums), bits(&want_sums), "hd {hd} g {g} s {s}");
+        }
     }
 }

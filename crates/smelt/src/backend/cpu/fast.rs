@@ -80,6 +80,35 @@ impl Fast {
         .map_err(|e| reference::quant_error(Op::MatMul, e))
     }
 
+    /// Whether [`Fast::matmuls`] takes weights of `dtype` with rows of `k`.
+    pub fn shares_matmuls(dtype: GgmlType, k: usize) -> bool {
+        q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8)
+    }
+
+    /// `outs[i] = x · ws[i]ᵀ` with `x` quantized once and one pool job, for
+    /// weights [`Fast::shares_matmuls`] takes.
+    pub fn matmuls(
+        &mut self,
+        ws: &[(&[u8], GgmlType)],
+        k: usize,
+        x: &[f32],
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        let n = x.len() / k.max(1);
+        self.q8.quantize(self.isa, x);
+        matmul::matmuls(
+            &mut self.pool,
+            self.isa,
+            &self.scratch,
+            ws,
+            k,
+            n,
+            Acts::Q8(&self.q8),
+            outs,
+        )
+        .map_err(|e| reference::quant_error(Op::MatMul, e))
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn attention(
         &mut self,

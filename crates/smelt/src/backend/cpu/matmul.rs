@@ -36,6 +36,8 @@ const W_BLOCK: usize = 16;
 const X_BLOCK: usize = 256;
 /// Work items per grab in decode: 64 weight rows.
 const DECODE_CHUNK: usize = 4;
+/// How many weight rows ahead a decode prefetches.
+const PREFETCH_ROWS: usize = 4;
 /// Register tile: activation rows × weight rows (12 accumulators of 8 lanes
 /// fit the 16 AVX registers with room for the loads).
 const XR: usize = 3;
@@ -71,36 +73,64 @@ pub fn matmul(
     acts: Acts,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
-    let row_bytes = dtype.row_bytes(k).ok_or(QuantError::NotWholeBlocks {
-        dtype,
-        n: k,
-        block: dtype.block_size(),
-    })?;
-    let m = w.len() / row_bytes.max(1);
-    if m == 0 || n == 0 {
-        return Ok(());
+    matmuls(pool, isa, scratch, &[(w, dtype)], k, n, acts, &mut [out])
+}
+
+/// `outs[i] = x · ws[i]ᵀ` for weights `ws[i] = (bytes, type)` sharing one
+/// input, in one pool job: their work items are numbered one after the
+/// other, so small matrices (a decode's K and V) share the threads with
+/// their neighbours instead of each waiting for its own job to close.
+#[allow(clippy::too_many_arguments)]
+pub fn matmuls(
+    pool: &mut ThreadPool,
+    isa: Isa,
+    scratch: &[Mutex<Scratch>],
+    ws: &[(&[u8], GgmlType)],
+    k: usize,
+    n: usize,
+    acts: Acts,
+    outs: &mut [&mut [f32]],
+) -> Result<(), QuantError> {
+    let mut jobs = Vec::with_capacity(ws.len());
+    // The first item of each job, and the total.
+    let mut starts = Vec::with_capacity(ws.len());
+    let mut total = 0;
+    for (&(w, dtype), out) in ws.iter().zip(outs.iter_mut()) {
+        let row_bytes = dtype.row_bytes(k).ok_or(QuantError::NotWholeBlocks {
+            dtype,
+            n: k,
+            block: dtype.block_size(),
+        })?;
+        let m = w.len() / row_bytes.max(1);
+        if m == 0 || n == 0 {
+            continue;
+        }
+        starts.push(total);
+        total += m.div_ceil(W_BLOCK) * n.div_ceil(X_BLOCK);
+        jobs.push(Job {
+            w,
+            dtype,
+            row_bytes,
+            m,
+            k,
+            acts,
+            out: SharedMut::new(out),
+        });
     }
-    let (n_wb, n_xb) = (m.div_ceil(W_BLOCK), n.div_ceil(X_BLOCK));
-    let job = Job {
-        w,
-        dtype,
-        row_bytes,
-        m,
-        k,
-        acts,
-        out: SharedMut::new(out),
-    };
     let error = Mutex::new(None);
     // Decode streams the weights from memory once: longer runs of
     // consecutive rows per grab keep the hardware prefetcher on one stream.
     let chunk = if n <= 2 { DECODE_CHUNK } else { 1 };
-    pool.for_each(n_wb * n_xb, chunk, &|t, items| {
+    pool.for_each(total, chunk, &|t, items| {
         let mut buf = scratch[t].lock().unwrap_or_else(|e| e.into_inner());
         for item in items {
+            let j = starts.partition_point(|&s| s <= item) - 1;
+            let (job, item) = (&jobs[j], item - starts[j]);
+            let n_wb = job.m.div_ceil(W_BLOCK);
             let (xb, wb) = (item / n_wb, item % n_wb);
-            let rows = wb * W_BLOCK..m.min((wb + 1) * W_BLOCK);
+            let rows = wb * W_BLOCK..job.m.min((wb + 1) * W_BLOCK);
             let xrows = xb * X_BLOCK..n.min((xb + 1) * X_BLOCK);
-            if let Err(e) = item_kernel(isa, &job, rows, xrows, &mut buf) {
+            if let Err(e) = item_kernel(isa, job, rows, xrows, &mut buf) {
                 *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
             }
         }
@@ -156,9 +186,13 @@ fn item_generic<M: Madd>(
                 let wrow = |j: usize| &src[j * job.row_bytes..(j + 1) * job.row_bytes];
                 let mut j = 0;
                 while j < nw {
-                    // The next 4 rows are fetched while these compute: a
-                    // decode waits on memory, not on arithmetic.
-                    prefetch::<M>(src.get((j + WR) * job.row_bytes..(j + 2 * WR) * job.row_bytes));
+                    // Rows ahead are fetched while these compute: a decode
+                    // waits on memory, not on arithmetic. From the whole
+                    // matrix, so the first rows of the next item (which this
+                    // thread most likely takes too) are on their way.
+                    let ahead = (rows.start + j + PREFETCH_ROWS) * job.row_bytes;
+                    let end = job.w.len().min(ahead + WR * job.row_bytes);
+                    prefetch::<M>(job.w.get(ahead.min(end)..end));
                     if nw - j >= WR {
                         let t = q8::raw_dots::<M, WR>(
                             job.dtype,
@@ -177,21 +211,20 @@ fn item_generic<M: Madd>(
         }
         Acts::Q8(x) => {
             let nb = k / q8::QK8;
-            buf.w.unpack(job.dtype, src);
+            buf.w.unpack::<M>(job.dtype, src);
             let w = &buf.w;
-            let with_min = job.dtype == GgmlType::Q4_1;
-            let wrow = |j: usize| {
-                (
-                    &w.qs[j * k..(j + 1) * k],
-                    &w.d[j * nb..(j + 1) * nb],
-                    &w.m[j * nb..(j + 1) * nb],
-                )
+            let kind = q8::Kind::of(job.dtype);
+            let wrow = |j: usize| q8::WRow {
+                q: &w.qs[j * k..(j + 1) * k],
+                d: &w.d[j * nb..(j + 1) * nb],
+                m: &w.m[j * nb..(j + 1) * nb],
             };
             let xrow = |i: usize| {
                 (
                     &x.qs[i * k..(i + 1) * k],
                     &x.d[i * nb..(i + 1) * nb],
                     &x.s[i * nb..(i + 1) * nb],
+                    x.x8.get(i * k / 2..(i + 1) * k / 2).unwrap_or_default(),
                 )
             };
             tiles(
@@ -200,9 +233,9 @@ fn item_generic<M: Madd>(
                 xrow,
                 wrow,
                 store,
-                |xs, ws| q8::tile::<M, XR, WR>(xs, ws, with_min),
-                |xs, ws| q8::tile::<M, 1, WR>(xs, ws, with_min),
-                |xs, ws| q8::tile::<M, 1, 1>(xs, ws, with_min),
+                |xs, ws| q8::tile::<M, XR, WR>(xs, ws, kind),
+                |xs, ws| q8::tile::<M, 1, WR>(xs, ws, kind),
+                |xs, ws| q8::tile::<M, 1, 1>(xs, ws, kind),
             );
         }
         Acts::F32(x) => {

@@ -274,6 +274,51 @@ impl Backend for CpuBackend {
         })
     }
 
+    fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
+        let distinct = outs
+            .iter()
+            .enumerate()
+            .all(|(i, o)| o.id != x.id && outs[..i].iter().all(|p| p.id != o.id));
+        let shared = self.fast.is_some()
+            && ws.len() == outs.len()
+            && distinct
+            && ws
+                .iter()
+                .all(|w| fast::Fast::shares_matmuls(w.dtype, w.cols));
+        if !shared {
+            for (&w, &out) in ws.iter().zip(outs) {
+                self.matmul(w, x, out)?;
+            }
+            return Ok(());
+        }
+        for (&w, &out) in ws.iter().zip(outs) {
+            check::matmul(w, x, out)?;
+        }
+        let mut bufs = Vec::with_capacity(outs.len());
+        for &out in outs {
+            match self.store.take(out) {
+                Ok(b) => bufs.push(b),
+                Err(e) => {
+                    bufs.into_iter().for_each(|b| self.store.put(b));
+                    return Err(e);
+                }
+            }
+        }
+        let r = (|| {
+            let xs = self.store.f32(x)?;
+            let mut ms = Vec::with_capacity(ws.len());
+            for &w in ws {
+                ms.push((self.store.bytes(w)?, w.dtype));
+            }
+            let mut os: Vec<&mut [f32]> =
+                bufs.iter_mut().zip(outs).map(|(b, &o)| b.f32(o)).collect();
+            let f = self.fast.as_mut().expect("checked above");
+            f.matmuls(&ms, x.cols, xs, &mut os)
+        })();
+        bufs.into_iter().for_each(|b| self.store.put(b));
+        r
+    }
+
     fn attention(
         &mut self,
         q: Tensor,

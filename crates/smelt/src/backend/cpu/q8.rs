@@ -43,6 +43,9 @@ pub struct Q8Acts {
     pub d: Vec<f32>,
     /// `n × nb` `f16(amax/127 · Σq)`, widened: Q4_1's minimum multiplies it.
     pub s: Vec<f32>,
+    /// `n × k/2` sums `8·(q[2i] + q[2i+1])`, what Q4_0's unsigned nibbles
+    /// take off each pair ([`Kind::Offset8`]); AVX2 quantizing only.
+    pub x8: Vec<i16>,
 }
 
 impl Q8Acts {
@@ -101,10 +104,42 @@ impl Q8Acts {
     }
 }
 
-/// Weight rows unpacked to one signed byte per value, with per-block scale
-/// and minimum (0 for types without one).
+/// How a weight type's unpacked quants enter the integer dot products.
+/// Every kind gives each lane the same integer as `Σ (signed quant)·x`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// Q8_0: signed quants; `maddubs` gets their magnitudes and x their
+    /// signs.
+    Signed,
+    /// Q4_0: nibbles 0..16 kept unsigned; `8·Σx` of each lane is taken off
+    /// afterwards, which gives the same integers as `Σ (q − 8)·x`.
+    Offset8,
+    /// Q4_1: nibbles 0..16 as they are, plus a minimum per block.
+    Min,
+}
+
+impl Kind {
+    /// The kind of a type [`has_q8_path`] accepts.
+    pub fn of(dtype: GgmlType) -> Kind {
+        match dtype {
+            GgmlType::Q4_0 => Kind::Offset8,
+            GgmlType::Q4_1 => Kind::Min,
+            _ => Kind::Signed,
+        }
+    }
+
+    /// What each lane's sum of `quant · x` is off by, per unit of `Σx`.
+    #[inline(always)]
+    fn offset(self) -> i32 {
+        if self == Kind::Offset8 { 8 } else { 0 }
+    }
+}
+
+/// Weight rows unpacked to one byte per value (see [`Kind`]), with per-block
+/// scale and minimum (0 for types without one).
 #[derive(Default)]
 pub struct Unpacked {
+    /// Q4_0, Q4_1: nibbles 0..16; Q8_0: the signed quants.
     pub qs: Vec<i8>,
     pub d: Vec<f32>,
     pub m: Vec<f32>,
@@ -113,7 +148,18 @@ pub struct Unpacked {
 impl Unpacked {
     /// Unpacks whole rows of `dtype` blocks (a type [`has_q8_path`] accepts).
     #[inline(always)]
-    pub fn unpack(&mut self, dtype: GgmlType, src: &[u8]) {
+    pub fn unpack<M: Madd>(&mut self, dtype: GgmlType, src: &[u8]) {
+        #[cfg(target_arch = "x86_64")]
+        if M::AVX2 {
+            // SAFETY: `M::AVX2` holds only inside the AVX2 entry points,
+            // which run after the CPU reported AVX2, FMA and F16C.
+            return unsafe { avx2::unpack(self, dtype, src) };
+        }
+        self.unpack_portable(dtype, src);
+    }
+
+    #[inline(always)]
+    fn unpack_portable(&mut self, dtype: GgmlType, src: &[u8]) {
         let bytes = dtype.type_size();
         let nb = src.len() / bytes;
         self.qs.resize(nb * QK8, 0);
@@ -124,10 +170,10 @@ impl Unpacked {
             self.d[i] = f16_at(blk, 0);
             let q: &mut [i8; QK8] = q.try_into().expect("whole blocks");
             match dtype {
-                GgmlType::Q4_0 => nibbles(blk[2..18].try_into().expect("Q4_0 block"), 8, q),
+                GgmlType::Q4_0 => nibbles(blk[2..18].try_into().expect("Q4_0 block"), q),
                 GgmlType::Q4_1 => {
                     self.m[i] = f16_at(blk, 2);
-                    nibbles(blk[4..20].try_into().expect("Q4_1 block"), 0, q);
+                    nibbles(blk[4..20].try_into().expect("Q4_1 block"), q);
                 }
                 _ => {
                     for (o, &b) in q.iter_mut().zip(&blk[2..34]) {
@@ -139,19 +185,20 @@ impl Unpacked {
     }
 }
 
-/// Low nibbles are values 0..16, high nibbles 16..32, each minus `off`.
-/// Fixed sizes, so the loop vectorizes.
+/// Low nibbles are values 0..16, high nibbles 16..32. Fixed sizes, so the
+/// loop vectorizes.
 #[inline(always)]
-fn nibbles(qs: &[u8; 16], off: i8, q: &mut [i8; QK8]) {
+fn nibbles(qs: &[u8; 16], q: &mut [i8; QK8]) {
     for j in 0..16 {
-        q[j] = (qs[j] & 15) as i8 - off;
-        q[j + 16] = (qs[j] >> 4) as i8 - off;
+        q[j] = (qs[j] & 15) as i8;
+        q[j + 16] = (qs[j] >> 4) as i8;
     }
 }
 
-/// The 8 integer lanes of one block: lane `l` sums products `4l..4l+3`.
+/// The 8 integer lanes of one block: lane `l` sums products `4l..4l+3`,
+/// with the weight quants less `off`.
 #[inline(always)]
-fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
+fn lanes(w: &[i8], x: &[i8], off: i32) -> [f32; LANES] {
     // Plain loops over fixed sizes: closures (`array::from_fn`) may stay
     // out of line, compiled without the entry point's AVX2.
     let (w, x) = (&w[..QK8], &x[..QK8]);
@@ -159,7 +206,7 @@ fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
     for l in 0..LANES {
         let mut s = 0i32;
         for t in 0..4 {
-            s += i32::from(w[4 * l + t]) * i32::from(x[4 * l + t]);
+            s += (i32::from(w[4 * l + t]) - off) * i32::from(x[4 * l + t]);
         }
         // At most 4 · 127 · 128: exact in f32.
         out[l] = s as f32;
@@ -169,33 +216,34 @@ fn lanes(w: &[i8], x: &[i8]) -> [f32; LANES] {
 
 /// `R × C` dot products of Q8 activation rows with unpacked weight rows,
 /// each over `nb` blocks, accumulated as ggml does (see the module docs).
-/// `xs[r] = (quants, scales, sums)`, `ws[c] = (quants, scales, minimums)`.
+/// `xs[r] = (quants, scales, sums)`, `ws[c]` a row of [`Unpacked`].
 #[inline(always)]
 pub fn tile<M: Madd, const R: usize, const C: usize>(
-    xs: [(&[i8], &[f32], &[f32]); R],
-    ws: [(&[i8], &[f32], &[f32]); C],
-    with_min: bool,
+    xs: [XRow; R],
+    ws: [WRow; C],
+    kind: Kind,
 ) -> [[f32; C]; R] {
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2 and FMA.
-        return unsafe { avx2::tile(xs, ws, with_min) };
+        return unsafe { avx2::tile(xs, ws, kind) };
     }
-    let nb = ws[0].1.len();
+    let with_min = kind == Kind::Min;
+    let nb = ws[0].d.len();
     let mut acc = [[[0f32; LANES]; C]; R];
     let mut mins = [[0f32; C]; R];
     for b in 0..nb {
         let o = b * QK8;
         for r in 0..R {
             for c in 0..C {
-                let lane = lanes(&ws[c].0[o..], &xs[r].0[o..]);
-                let d = ws[c].1[b] * xs[r].1[b];
+                let lane = lanes(&ws[c].q[o..], &xs[r].0[o..], kind.offset());
+                let d = ws[c].d[b] * xs[r].1[b];
                 for l in 0..LANES {
                     acc[r][c][l] = M::madd(d, lane[l], acc[r][c][l]);
                 }
                 if with_min {
-                    mins[r][c] = M::madd(ws[c].2[b], xs[r].2[b], mins[r][c]);
+                    mins[r][c] = M::madd(ws[c].m[b], xs[r].2[b], mins[r][c]);
                 }
             }
         }
@@ -207,6 +255,18 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
         }
     }
     out
+}
+
+/// A Q8 activation row: quants, scales, sums, 8·pair sums (see
+/// [`Q8Acts`]; only the AVX2 Q4_0 tile reads them).
+pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32], &'a [i16]);
+
+/// A row of [`Unpacked`] weights.
+#[derive(Clone, Copy)]
+pub struct WRow<'a> {
+    pub q: &'a [i8],
+    pub d: &'a [f32],
+    pub m: &'a [f32],
 }
 
 #[inline(always)]
@@ -250,7 +310,7 @@ mod avx2 {
 
     use half::f16;
 
-    use super::{GgmlType, LANES, Q8Acts, QK8, hsum};
+    use super::{GgmlType, Kind, LANES, Q8Acts, QK8, Unpacked, WRow, XRow, hsum};
 
     /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
     /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
@@ -290,51 +350,78 @@ mod avx2 {
         ws: [&[u8]; C],
     ) -> [f32; C] {
         let bytes = [18, 20, 34][T as usize];
+        let at = [2, 4, 2][T as usize];
         let nb = x.1.len();
+        assert!(
+            x.0.len() >= nb * QK8
+                && (T != Q4_1 || x.2.len() >= nb)
+                && ws.iter().all(|w| w.len() >= nb * bytes),
+            "rows shorter than their blocks"
+        );
+        let ones = _mm256_set1_epi16(1);
+        let eights = _mm256_set1_epi8(8);
+        let mask = _mm256_set1_epi8(15);
+        // The high 128 bits shift by 4: high nibbles.
+        let shift = _mm256_setr_epi64x(0, 0, 4, 4);
         let mut acc = [_mm256_setzero_ps(); C];
         let mut mins = [0f32; C];
-        let half = |b: &[u8], at: usize| {
-            let h = i32::from(u16::from_le_bytes([b[at], b[at + 1]]));
-            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)))
+        // Every pointer read below is at block b < nb of a row that holds
+        // nb blocks (asserted above), within the block's bytes; the reads
+        // and loads are unaligned ones.
+        let half = |p: *const u8| {
+            // SAFETY: see above (a block's scale or minimum).
+            let h = unsafe { p.cast::<u16>().read_unaligned() };
+            _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))
         };
         for b in 0..nb {
-            let xb: &[i8; QK8] = x.0[b * QK8..(b + 1) * QK8]
-                .try_into()
-                .expect("a whole block");
-            // SAFETY: 32 readable bytes; loadu needs no alignment.
-            let xv = unsafe { _mm256_loadu_si256(xb.as_ptr().cast()) };
-            let xd = x.1[b];
+            // SAFETY: see above.
+            let xv = unsafe { _mm256_loadu_si256(x.0.as_ptr().add(b * QK8).cast()) };
+            // SAFETY: see above.
+            let xd = unsafe { *x.1.get_unchecked(b) };
+            let x8 = _mm256_maddubs_epi16(eights, xv);
+            let blk: [*const u8; C] =
+                std::array::from_fn(|c| unsafe { ws[c].as_ptr().add(b * bytes) });
+            // The C scales times x's: one conversion and one multiply for 4
+            // rows, each lane then broadcast.
+            let dd: [__m256; C] = if C == 4 {
+                // SAFETY: see above (the block's scale).
+                let h = |c: usize| unsafe { blk[c].cast::<i16>().read_unaligned() };
+                let h = _mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0);
+                let d = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd)));
+                std::array::from_fn(|c| _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c as i32)))
+            } else {
+                std::array::from_fn(|c| _mm256_set1_ps(_mm_cvtss_f32(half(blk[c])) * xd))
+            };
             for c in 0..C {
-                let blk = &ws[c][b * bytes..(b + 1) * bytes];
                 let q = if T == Q8_0 {
-                    let qs: &[u8; 32] = blk[2..34].try_into().expect("a Q8_0 block");
-                    // SAFETY: 32 readable bytes.
-                    unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
+                    // SAFETY: see above (the block's 32 quants).
+                    unsafe { _mm256_loadu_si256(blk[c].add(at).cast()) }
                 } else {
-                    let at = if T == Q4_1 { 4 } else { 2 };
-                    let qs: &[u8; 16] = blk[at..at + 16].try_into().expect("a Q4 block");
-                    // SAFETY: 16 readable bytes.
-                    let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
                     // Low nibbles are values 0..16, high nibbles 16..32.
-                    let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
-                    let q = _mm256_and_si256(both, _mm256_set1_epi8(15));
-                    if T == Q4_0 {
-                        _mm256_sub_epi8(q, _mm256_set1_epi8(8))
-                    } else {
-                        q
-                    }
+                    // SAFETY: see above (the block's 16 bytes of nibbles).
+                    let lo = unsafe { _mm_loadu_si128(blk[c].add(at).cast()) };
+                    _mm256_and_si256(
+                        _mm256_srlv_epi64(_mm256_broadcastsi128_si256(lo), shift),
+                        mask,
+                    )
                 };
-                let dd = _mm256_set1_ps(half(blk, 0) * xd);
-                let l = if T == Q4_1 {
-                    // Quants 0..16 are unsigned as they are: no sign moves.
-                    let pairs = _mm256_maddubs_epi16(q, xv);
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
-                } else {
+                let l = if T == Q8_0 {
                     lanes(q, xv)
+                } else {
+                    // Nibbles 0..16 are unsigned as they are: no sign moves;
+                    // Q4_0 takes `8·(x pair)` off each pair instead of 8 off
+                    // each nibble (the same integers, see `Kind::Offset8`).
+                    let mut pairs = _mm256_maddubs_epi16(q, xv);
+                    if T == Q4_0 {
+                        pairs = _mm256_sub_epi16(pairs, x8);
+                    }
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones))
                 };
-                acc[c] = _mm256_fmadd_ps(dd, l, acc[c]);
+                acc[c] = _mm256_fmadd_ps(dd[c], l, acc[c]);
                 if T == Q4_1 {
-                    mins[c] = half(blk, 2).mul_add(x.2[b], mins[c]);
+                    // SAFETY: see above (x's sum and the block's minimum).
+                    let (s, m) = unsafe { (*x.2.get_unchecked(b), blk[c].add(2)) };
+                    mins[c] = _mm_cvtss_f32(half(m)).mul_add(s, mins[c]);
                 }
             }
         }
@@ -348,6 +435,47 @@ mod avx2 {
         out
     }
 
+    /// [`Unpacked::unpack`] a block at a time: LLVM left the nibble loop
+    /// scalar, 6% of a prompt.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn unpack(u: &mut Unpacked, dtype: GgmlType, src: &[u8]) {
+        let bytes = dtype.type_size();
+        let nb = src.len() / bytes;
+        u.qs.resize(nb * QK8, 0);
+        u.d.resize(nb, 0.0);
+        u.m.resize(nb, 0.0);
+        let half = |b: &[u8], at: usize| {
+            let h = i32::from(u16::from_le_bytes([b[at], b[at + 1]]));
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)))
+        };
+        let at = if dtype == GgmlType::Q4_1 { 4 } else { 2 };
+        let blocks = src.chunks_exact(bytes).zip(u.qs.chunks_exact_mut(QK8));
+        for (i, (blk, q)) in blocks.enumerate() {
+            u.d[i] = half(blk, 0);
+            let q: &mut [i8; QK8] = q.try_into().expect("whole blocks");
+            let v = if dtype == GgmlType::Q8_0 {
+                let qs: &[u8; 32] = blk[2..34].try_into().expect("a Q8_0 block");
+                // SAFETY: 32 readable bytes; loadu needs no alignment.
+                unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
+            } else {
+                if dtype == GgmlType::Q4_1 {
+                    u.m[i] = half(blk, 2);
+                }
+                let qs: &[u8; 16] = blk[at..at + 16].try_into().expect("a Q4 block");
+                // SAFETY: 16 readable bytes.
+                let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+                // Low nibbles are values 0..16, high nibbles 16..32.
+                let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
+                _mm256_and_si256(both, _mm256_set1_epi8(15))
+            };
+            // SAFETY: `q` is 32 writable bytes; storeu needs no alignment.
+            unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), v) };
+        }
+    }
+
     /// [`Q8Acts::quantize_rows`] 8 values at a time, with the same
     /// arithmetic: `|x|` maximum, `x · (127/amax)` rounded to nearest even,
     /// the integer sum of the quants.
@@ -357,11 +485,16 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn quantize_rows(acts: &mut Q8Acts, x: &[f32]) {
         acts.resize(x.len());
+        acts.x8.resize(x.len() / 2, 0);
+        let eights = _mm256_set1_epi8(8);
         let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(i32::MAX));
         // packs interleaves 128-bit halves; this puts the 32 bytes in order.
         let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-        let blocks = x.chunks_exact(QK8).zip(acts.qs.chunks_exact_mut(QK8));
-        for ((xb, qb), (d, s)) in blocks.zip(acts.d.iter_mut().zip(acts.s.iter_mut())) {
+        let blocks = x
+            .chunks_exact(QK8)
+            .zip(acts.qs.chunks_exact_mut(QK8))
+            .zip(acts.x8.chunks_exact_mut(QK8 / 2));
+        for (((xb, qb), x8), (d, s)) in blocks.zip(acts.d.iter_mut().zip(acts.s.iter_mut())) {
             // SAFETY: `xb` is 32 readable f32s; loadu needs no alignment.
             let v: [__m256; 4] =
                 std::array::from_fn(|j| unsafe { _mm256_loadu_ps(xb[8 * j..].as_ptr()) });
@@ -392,6 +525,10 @@ mod avx2 {
             let bytes = _mm256_permutevar8x32_epi32(bytes, order);
             // SAFETY: `qb` is 32 writable bytes.
             unsafe { _mm256_storeu_si256(qb.as_mut_ptr().cast(), bytes) };
+            // SAFETY: `x8` is 16 writable i16s.
+            unsafe {
+                _mm256_storeu_si256(x8.as_mut_ptr().cast(), _mm256_maddubs_epi16(eights, bytes))
+            };
             *d = f16::from_f32(dv).to_f32();
             *s = f16::from_f32(dv * sums.iter().sum::<i32>() as f32).to_f32();
         }
@@ -401,74 +538,272 @@ mod avx2 {
     /// The CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile<const R: usize, const C: usize>(
-        xs: [(&[i8], &[f32], &[f32]); R],
-        ws: [(&[i8], &[f32], &[f32]); C],
-        with_min: bool,
+        xs: [XRow; R],
+        ws: [WRow; C],
+        kind: Kind,
     ) -> [[f32; C]; R] {
-        if with_min {
-            tile_of::<R, C, true>(xs, ws)
-        } else {
-            tile_of::<R, C, false>(xs, ws)
+        match kind {
+            Kind::Signed => tile_of::<R, C, SIGNED>(xs, ws),
+            Kind::Offset8 => tile_of::<R, C, OFFSET8>(xs, ws),
+            Kind::Min => tile_of::<R, C, MIN>(xs, ws),
         }
     }
+
+    const SIGNED: u8 = 0;
+    const OFFSET8: u8 = 1;
+    const MIN: u8 = 2;
 
     /// One activation row at a time against the `C` weight rows, so the `C`
     /// accumulators stay in registers (a 3 × 4 tile of them spilled to the
     /// stack on every block) and weight blocks are read again from L1 for
-    /// each row, which costs less. `MIN`: Q4_1, whose quants are 0..16, so
-    /// `maddubs` takes them unsigned as they are, with no sign moves.
+    /// each row, which costs less. Per block and weight row the vector
+    /// units do one `maddubs`, one `madd`, one conversion, one multiply of
+    /// the scales (each broadcast straight from memory) and one `fma`, plus
+    /// by kind: Q8_0 two sign moves, Q4_0 one subtraction of `8·(x pair)`
+    /// (one `maddubs` per activation block), Q4_1 a scalar `fma` of the
+    /// minimum.
     #[target_feature(enable = "avx2,fma")]
-    fn tile_of<const R: usize, const C: usize, const MIN: bool>(
-        xs: [(&[i8], &[f32], &[f32]); R],
-        ws: [(&[i8], &[f32], &[f32]); C],
+    fn tile_of<const R: usize, const C: usize, const K: u8>(
+        xs: [XRow; R],
+        ws: [WRow; C],
     ) -> [[f32; C]; R] {
-        let nb = ws[0].1.len();
-        let whole = |(q, d, s): (&[i8], &[f32], &[f32])| {
-            q.len() >= nb * QK8 && d.len() >= nb && (!MIN || s.len() >= nb)
+        let nb = ws[0].d.len();
+        let whole_x = |(q, d, s, x8): XRow| {
+            q.len() >= nb * QK8
+                && d.len() >= nb
+                && (K != MIN || s.len() >= nb)
+                && (K != OFFSET8 || x8.len() >= nb * QK8 / 2)
         };
+        let whole_w =
+            |w: WRow| w.q.len() >= nb * QK8 && w.d.len() >= nb && (K != MIN || w.m.len() >= nb);
         assert!(
-            xs.iter().all(|&x| whole(x)) && ws.iter().all(|&w| whole(w)),
+            xs.iter().all(|&x| whole_x(x)) && ws.iter().all(|&w| whole_w(w)),
             "tile rows shorter than their blocks"
         );
-        let ones = _mm256_set1_epi16(1);
         let mut out = [[0f32; C]; R];
-        for (r, out) in out.iter_mut().enumerate() {
-            let (xq, xd, xs) = xs[r];
-            let mut acc = [_mm256_setzero_ps(); C];
-            let mut mins = [0f32; C];
-            for b in 0..nb {
-                // SAFETY: b < nb, and every row holds nb blocks (asserted
-                // above); loadu needs no alignment.
-                let x = unsafe { _mm256_loadu_si256(xq.as_ptr().add(b * QK8).cast()) };
-                // SAFETY: as above.
-                let dx = unsafe { *xd.get_unchecked(b) };
-                for c in 0..C {
-                    let (wq, wd, wm) = ws[c];
-                    // SAFETY: as above.
-                    let w = unsafe { _mm256_loadu_si256(wq.as_ptr().add(b * QK8).cast()) };
-                    let pairs = if MIN {
-                        _mm256_maddubs_epi16(w, x)
-                    } else {
-                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
-                    };
-                    let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
-                    // SAFETY: as above.
-                    let d = _mm256_set1_ps(unsafe { *wd.get_unchecked(b) } * dx);
-                    acc[c] = _mm256_fmadd_ps(d, lanes, acc[c]);
-                    if MIN {
-                        // SAFETY: as above (`MIN` rows hold nb sums and minimums).
-                        let (m, s) = unsafe { (*wm.get_unchecked(b), *xs.get_unchecked(b)) };
-                        mins[c] = m.mul_add(s, mins[c]);
-                    }
-                }
-            }
-            for c in 0..C {
-                let mut v = [0f32; LANES];
-                // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
-                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[c]) };
-                out[c] = hsum(v) + mins[c];
+        let mut r = 0;
+        while r < R {
+            if R - r >= 2 {
+                let t = rows_of::<2, C, K>([xs[r], xs[r + 1]], ws, nb);
+                out[r..r + 2].copy_from_slice(&t);
+                r += 2;
+            } else {
+                out[r] = rows_of::<1, C, K>([xs[r]], ws, nb)[0];
+                r += 1;
             }
         }
         out
+    }
+
+    /// `P` activation rows (1 or 2) against the `C` weight rows, each
+    /// weight block loaded once for the `P` rows (`P · C` accumulators in
+    /// registers). Rows hold `nb` blocks (checked by the caller).
+    #[target_feature(enable = "avx2,fma")]
+    fn rows_of<const P: usize, const C: usize, const K: u8>(
+        xs: [XRow; P],
+        ws: [WRow; C],
+        nb: usize,
+    ) -> [[f32; C]; P] {
+        let ones = _mm256_set1_epi16(1);
+        let mut acc = [[_mm256_setzero_ps(); C]; P];
+        let mut mins = [[0f32; C]; P];
+        for b in 0..nb {
+            // SAFETY: b < nb, and every row holds nb blocks (asserted by
+            // `tile_of`); loadu needs no alignment.
+            let x: [__m256i; P] = std::array::from_fn(|p| unsafe {
+                _mm256_loadu_si256(xs[p].0.as_ptr().add(b * QK8).cast())
+            });
+            // SAFETY: as above.
+            let dx: [__m256; P] =
+                std::array::from_fn(|p| unsafe { _mm256_broadcast_ss(&*xs[p].1.as_ptr().add(b)) });
+            for (c, w) in ws.iter().enumerate() {
+                // SAFETY: as above.
+                let q = unsafe { _mm256_loadu_si256(w.q.as_ptr().add(b * QK8).cast()) };
+                // SAFETY: as above.
+                let dw = unsafe { _mm256_broadcast_ss(&*w.d.as_ptr().add(b)) };
+                let qa = if K == SIGNED {
+                    _mm256_sign_epi8(q, q)
+                } else {
+                    q
+                };
+                for p in 0..P {
+                    let pairs = match K {
+                        SIGNED => _mm256_maddubs_epi16(qa, _mm256_sign_epi8(x[p], q)),
+                        // |pair| ≤ 2·15·127 before and 2·8·127 after the
+                        // subtraction: no i16 saturation.
+                        // (8·(x pair) read from memory: in registers it
+                        // left too few for two rows.)
+                        OFFSET8 => {
+                            // SAFETY: as above (Q4_0 rows hold nb · 16
+                            // pair sums).
+                            let x8 = unsafe {
+                                _mm256_loadu_si256(xs[p].3.as_ptr().add(b * QK8 / 2).cast())
+                            };
+                            _mm256_sub_epi16(_mm256_maddubs_epi16(q, x[p]), x8)
+                        }
+                        _ => _mm256_maddubs_epi16(q, x[p]),
+                    };
+                    let lanes = _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones));
+                    acc[p][c] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[p]), lanes, acc[p][c]);
+                    if K == MIN {
+                        // SAFETY: as above (`MIN` rows hold nb sums and
+                        // minimums).
+                        let (m, s) = unsafe { (*w.m.get_unchecked(b), *xs[p].2.get_unchecked(b)) };
+                        mins[p][c] = m.mul_add(s, mins[p][c]);
+                    }
+                }
+            }
+        }
+        let mut out = [[0f32; C]; P];
+        for p in 0..P {
+            for c in 0..C {
+                let mut v = [0f32; LANES];
+                // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
+                unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[p][c]) };
+                out[p][c] = hsum(v) + mins[p][c];
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::simd::Fused;
+
+    /// Deterministic pseudo-random bytes (xorshift).
+    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            })
+            .collect()
+    }
+
+    /// `m` rows of random `dtype` blocks with small finite scales.
+    fn weights(dtype: GgmlType, m: usize, k: usize, seed: u64) -> Vec<u8> {
+        let size = dtype.type_size();
+        let mut w = bytes(seed, m * k / QK8 * size);
+        for (i, blk) in w.chunks_exact_mut(size).enumerate() {
+            let d = f16::from_f32(((i % 13) as f32 - 6.0) * 0.003 + 0.0005);
+            blk[..2].copy_from_slice(&d.to_le_bytes());
+            if dtype == GgmlType::Q4_1 {
+                let m = f16::from_f32(((i % 7) as f32 - 3.0) * 0.01);
+                blk[2..4].copy_from_slice(&m.to_le_bytes());
+            }
+        }
+        w
+    }
+
+    fn acts(n: usize, k: usize, seed: u64) -> Vec<f32> {
+        bytes(seed, n * k)
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| (b as i8) as f32 * 0.01 * (1 + i % 5) as f32)
+            .collect()
+    }
+
+    /// The AVX2 tiles and raw-block dot products give, bit for bit, the
+    /// portable tile's numbers (ggml's arithmetic), for every kind.
+    #[test]
+    fn avx2_kernels_match_the_portable_tile() {
+        if Isa::detect() != Isa::Avx2 {
+            return;
+        }
+        let (m, n, k) = (6, 4, 8 * QK8);
+        let nb = k / QK8;
+        for (t, dtype) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
+            .into_iter()
+            .enumerate()
+        {
+            let w = weights(dtype, m, k, 7 + t as u64);
+            let x = acts(n, k, 99 + t as u64);
+            let mut qa = Q8Acts::default();
+            qa.quantize_rows(&x);
+            let mut qb = Q8Acts::default();
+            qb.quantize(Isa::Avx2, &x);
+            assert_eq!(qa.qs, qb.qs);
+            assert_eq!(qa.d, qb.d);
+            assert_eq!(qa.s, qb.s);
+            let mut u = Unpacked::default();
+            u.unpack_portable(dtype, &w);
+            let mut ua = Unpacked::default();
+            // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+            unsafe { avx2::unpack(&mut ua, dtype, &w) };
+            assert_eq!(
+                (&u.qs, &u.d, &u.m),
+                (&ua.qs, &ua.d, &ua.m),
+                "{dtype:?} unpacking"
+            );
+            let kind = Kind::of(dtype);
+            let xrow = |i: usize| {
+                (
+                    &qb.qs[i * k..(i + 1) * k],
+                    &qb.d[i * nb..(i + 1) * nb],
+                    &qb.s[i * nb..(i + 1) * nb],
+                    &qb.x8[i * k / 2..(i + 1) * k / 2],
+                )
+            };
+            let xraw = |i: usize| {
+                let (q, d, s, _) = xrow(i);
+                (q, d, s)
+            };
+            let wrow = |j: usize| WRow {
+                q: &u.qs[j * k..(j + 1) * k],
+                d: &u.d[j * nb..(j + 1) * nb],
+                m: &u.m[j * nb..(j + 1) * nb],
+            };
+            let rb = w.len() / m;
+            for i in 0..n {
+                for j in 0..m - 3 {
+                    let want: Vec<u32> = (j..j + 4)
+                        .map(|c| tile::<Fused, 1, 1>([xrow(i)], [wrow(c)], kind)[0][0].to_bits())
+                        .collect();
+                    // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+                    let got = unsafe {
+                        avx2::tile::<1, 4>(
+                            [xrow(i)],
+                            [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)],
+                            kind,
+                        )
+                    };
+                    let got: Vec<u32> = got[0].iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{dtype:?} tile row {i} weights {j}..");
+                    if i + 3 <= n {
+                        let ws = [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)];
+                        // SAFETY: as above.
+                        let got = unsafe {
+                            avx2::tile::<3, 4>([xrow(i), xrow(i + 1), xrow(i + 2)], ws, kind)
+                        };
+                        for (r, got) in got.iter().enumerate() {
+                            let want: Vec<u32> = (j..j + 4)
+                                .map(|c| {
+                                    tile::<Fused, 1, 1>([xrow(i + r)], [wrow(c)], kind)[0][0]
+                                        .to_bits()
+                                })
+                                .collect();
+                            let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                            assert_eq!(got, want, "{dtype:?} 3×4 tile row {} weights {j}..", i + r);
+                        }
+                    }
+                    let raw = |c: usize| &w[c * rb..(c + 1) * rb];
+                    // SAFETY: as above.
+                    let got = unsafe {
+                        avx2::raw_dots::<4>(
+                            dtype,
+                            xraw(i),
+                            [raw(j), raw(j + 1), raw(j + 2), raw(j + 3)],
+                        )
+                    };
+                    let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "{dtype:?} raw row {i} weights {j}..");
+                }
+            }
+        }
     }
 }
