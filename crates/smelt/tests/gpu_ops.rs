@@ -718,3 +718,51 @@ fn f32_mode_residual_add_fused_with_norm() {
         b.failures.join("\n")
     );
 }
+
+/// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: repacked Q4_0
+/// and Q8_0 decode runs the weights in one dispatch; every output against
+/// the CPU.
+#[test]
+fn f32_mode_matmuls_of_one_input() {
+    let seed = seed();
+    let mut b = Bench::new(
+        seed,
+        GpuOptions {
+            quantize_activations: false,
+            ..GpuOptions::default()
+        },
+    );
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
+        let k = 2080;
+        for (ms, n) in [
+            (&[130usize, 67, 64][..], 1usize),
+            (&[96, 33][..], 4),
+            (&[40, 40, 8][..], 7),
+        ] {
+            let ws: Vec<Pair> = ms.iter().map(|&m| b.weight(t, m, k)).collect();
+            let x = b.f32s(n, k, 1.0);
+            let outs: Vec<Pair> = ms.iter().map(|&m| b.output(F32, n, m)).collect();
+            for (i, &out) in outs.iter().enumerate() {
+                let (ws, outs) = (ws.clone(), outs.clone());
+                b.check(
+                    &format!("matmuls {t} {ms:?} k={k} n={n} out {i}"),
+                    1e-7,
+                    out,
+                    move |be, g| {
+                        let p = |t: &Pair| if g { t.gpu } else { t.cpu };
+                        let w: Vec<Tensor> = ws.iter().map(p).collect();
+                        let o: Vec<Tensor> = outs.iter().map(p).collect();
+                        be.matmuls(&w, p(&x), &o)
+                    },
+                );
+            }
+        }
+    }
+    assert!(
+        b.failures.is_empty(),
+        "seed {seed}: {} of {} cases failed:\n{}",
+        b.failures.len(),
+        b.cases,
+        b.failures.join("\n")
+    );
+}

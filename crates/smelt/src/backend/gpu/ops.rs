@@ -274,6 +274,54 @@ impl Backend for GpuBackend {
         }
     }
 
+    fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
+        if !self.multi_matvec(ws, x, outs) {
+            for (&w, &out) in ws.iter().zip(outs) {
+                self.matmul(w, x, out)?;
+            }
+            return Ok(());
+        }
+        for (&w, &out) in ws.iter().zip(outs) {
+            self.require(Op::MatMul, w.dtype)?;
+            contract::matmul(w, x, out)?;
+        }
+        let input = self.matmul_input(ws[0].dtype, x)?;
+        let MatIn::F32(x) = input else {
+            return Err(BackendError::Other(
+                "matmuls: f32 activations expected".into(),
+            ));
+        };
+        // Row blocks of 4 per weight; a missing third weight binds the
+        // second again and has none.
+        let (w, o) = (ws[0], outs[0]);
+        let (w1, o1) = (ws[1], outs[1]);
+        let (w2, o2) = (
+            ws.get(2).copied().unwrap_or(w1),
+            outs.get(2).copied().unwrap_or(o1),
+        );
+        let rb = |t: Tensor| t.rows.div_ceil(4);
+        let rb2 = if ws.len() == 3 { rb(w2) } else { 0 };
+        for &out in outs {
+            self.wrote(out);
+        }
+        self.run(
+            Kernel::MatVecMulti(w.dtype),
+            params(&[
+                u(w.rows),
+                u(w.cols),
+                u(x.rows),
+                u(self.row_param(w.dtype, w.cols)),
+                u(rb(w)),
+                u(w1.rows),
+                u(rb(w1)),
+                u(w2.rows),
+                u(rb2),
+            ]),
+            &[w, x, o, w1, o1, w2, o2],
+            ((rb(w) + rb(w1) + rb2) * x.rows) as u64,
+        )
+    }
+
     fn attention(
         &mut self,
         q: Tensor,
@@ -408,6 +456,28 @@ impl Backend for GpuBackend {
 }
 
 impl GpuBackend {
+    /// Whether `matmuls` can be one `MatVecMulti` dispatch: decode (up to
+    /// MATVEC_MAX_TOKENS rows) of 2 or 3 repacked weights of one type and
+    /// width, none split, outputs of their own.
+    fn multi_matvec(&self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
+        let w0 = ws.first().copied();
+        (2..=3).contains(&ws.len())
+            && ws.len() == outs.len()
+            && x.rows <= MATVEC_MAX_TOKENS
+            && w0.is_some_and(|w0| {
+                ws.iter().all(|w| {
+                    w.dtype == w0.dtype
+                        && w.cols == w0.cols
+                        && self.ctx.features.repacks(w.dtype)
+                        && self.buffers.parts(*w).is_none()
+                })
+            })
+            && outs
+                .iter()
+                .enumerate()
+                .all(|(i, o)| o.id != x.id && outs[..i].iter().all(|p| p.id != o.id))
+    }
+
     /// `out[:, o0 .. o0 + w.rows] = x · wᵀ`: the whole matmul (o0 = 0), or
     /// one part of a split weight. `out` rows are `ldo` = `out.cols` wide.
     fn matmul_cols(&mut self, w: Tensor, x: Tensor, out: Tensor, o0: usize) -> Result<()> {
