@@ -342,8 +342,8 @@ impl Kernel {
                 def("MULTI");
                 parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
             }
-            // Q4_0 and Q8_0 decode: whole blocks per invocation.
-            Kernel::MatVec(t @ (GgmlType::Q4_0 | GgmlType::Q8_0)) => {
+            // Repacked Q4_0 and Q8_0 decode: whole blocks per invocation.
+            Kernel::MatVec(t) if f.repacks(t) => {
                 type_defines(t, &mut def);
                 wg = WG_MATVEC;
                 def("REDUCE4");

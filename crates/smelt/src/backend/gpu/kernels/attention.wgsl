@@ -252,24 +252,39 @@ fn k2_at(e: u32) -> vec2<f32> {
 #endif
 }
 
-// q · k over a key head; 4 independent sums keep 4 loads in flight
-// (head_dim is even; a multiple of 8 takes the fast loop whole).
+// q · k over dims d..d+8 of a key head at element e.
+fn kdot8(e: u32, d: u32) -> vec4<f32> {
+    let a = k2_at(e + d);
+    let b = k2_at(e + d + 2u);
+    let c = k2_at(e + d + 4u);
+    let f = k2_at(e + d + 6u);
+    let s = vec4<f32>(qs[d], qs[d + 2u], qs[d + 4u], qs[d + 6u]) * vec4<f32>(a.x, b.x, c.x, f.x);
+    return fma(vec4<f32>(qs[d + 1u], qs[d + 3u], qs[d + 5u], qs[d + 7u]), vec4<f32>(a.y, b.y, c.y, f.y), s);
+}
+
+// q · k over a key head: 32 dims (16 loads) a step, all in flight
+// together (head_dim is even; the tail goes 8, then 2 at a time).
 fn kdot_fast(e: u32, hd: u32) -> f32 {
     var s = vec4<f32>(0.0);
     var d = 0u;
+    for (; d + 32u <= hd; d += 32u) {
+        s += (kdot8(e, d) + kdot8(e, d + 8u)) + (kdot8(e, d + 16u) + kdot8(e, d + 24u));
+    }
     for (; d + 8u <= hd; d += 8u) {
-        let a = k2_at(e + d);
-        let b = k2_at(e + d + 2u);
-        let c = k2_at(e + d + 4u);
-        let f = k2_at(e + d + 6u);
-        s = fma(vec4<f32>(qs[d], qs[d + 2u], qs[d + 4u], qs[d + 6u]), vec4<f32>(a.x, b.x, c.x, f.x), s);
-        s = fma(vec4<f32>(qs[d + 1u], qs[d + 3u], qs[d + 5u], qs[d + 7u]), vec4<f32>(a.y, b.y, c.y, f.y), s);
+        s += kdot8(e, d);
     }
     for (; d < hd; d += 2u) {
         let k2 = k2_at(e + d);
         s.x = fma(qs[d], k2.x, fma(qs[d + 1u], k2.y, s.x));
     }
     return (s.x + s.y) + (s.z + s.w);
+}
+
+// Keys jj..jj+4 (the first's value element at vb, rows `stride` apart)
+// weighted by their probabilities.
+fn v4_at(vb: u32, stride: u32, jj: u32) -> vec4<f32> {
+    let v = vec4<f32>(vval(vb), vval(vb + stride), vval(vb + 2u * stride), vval(vb + 3u * stride));
+    return vec4<f32>(ps[jj], ps[jj + 1u], ps[jj + 2u], ps[jj + 3u]) * v;
 }
 
 @compute @workgroup_size({{WG}})
@@ -326,19 +341,16 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         for (var c = 0u; c < 4u; c++) {
             let d = lid + c * RED_WG;
             if (d < hd) {
-                // 4 keys a step, 4 independent sums: the value loads of a
+                // 8 keys a step, independent sums: the value loads of a
                 // step are in flight together.
                 var a = vec4<f32>(acc[c] * corr, 0.0, 0.0, 0.0);
                 var jj = 0u;
+                for (; jj + 8u <= cnt; jj += 8u) {
+                    a += v4_at(vb0 + jj * kv_stride + d, kv_stride, jj)
+                        + v4_at(vb0 + (jj + 4u) * kv_stride + d, kv_stride, jj + 4u);
+                }
                 for (; jj + 4u <= cnt; jj += 4u) {
-                    let vb = vb0 + jj * kv_stride + d;
-                    let v = vec4<f32>(
-                        vval(vb),
-                        vval(vb + kv_stride),
-                        vval(vb + 2u * kv_stride),
-                        vval(vb + 3u * kv_stride),
-                    );
-                    a = fma(vec4<f32>(ps[jj], ps[jj + 1u], ps[jj + 2u], ps[jj + 3u]), v, a);
+                    a += v4_at(vb0 + jj * kv_stride + d, kv_stride, jj);
                 }
                 for (; jj < cnt; jj++) {
                     a.x = fma(ps[jj], vval(vb0 + jj * kv_stride + d), a.x);

@@ -1,19 +1,13 @@
 // Mat-vec for Q4_0 and Q8_0 weights on f32 activations (decode), on the
-// GGUF layout or (REPACKED, the f32-activation mode) on superblocks whose
-// quants are 16-byte words, one load each:
+// repacked layout of the f32-activation mode (quant.wgsl's REPACKED:
+// superblocks of 8 blocks whose quants are 16-byte words):
 // out[t, r] = dot(w[r], x[t]). Decode reads every weight byte once, so the
 // kernel is built to keep many bytes in flight: each invocation owns whole
-// 32-value blocks (block b, b + WG, ...) of 4 rows at once, reads each
-// block as aligned u32 words (5 for Q4_0's 18 bytes, 9 for Q8_0's 34) and
-// the block's 32 activations as 8 vec4 loads shared by the 4 rows. The 4
-// row sums meet in one vec4 reduction, as in matvec.wgsl (same dispatch
-// and parameters).
-//
-// Blocks are 18 or 34 bytes and rows a whole number of blocks, so a block
-// starts at an even byte: 2 bytes past a word or on one. Its f16 scale is
-// the low or high half of its first word and its quants either start a word
-// or straddle two; both cases are picked with `select`, since neighbouring
-// blocks of one invocation's sweep alternate.
+// 32-value blocks (block b, b + WG, ...) of 4 rows at once, two blocks per
+// step, reads each block's quants as one (Q4_0) or two (Q8_0) aligned
+// 16-byte loads and the block's 32 activations as 8 vec4 loads shared by
+// the 4 rows. The 4 row sums meet in one vec4 reduction, as in matvec.wgsl
+// (same dispatch and parameters).
 //
 // Quants become floats without an integer conversion: a byte q or'ed into
 // the mantissa of 2^23 is the float 2^23 + q exactly, and subtracting
@@ -21,27 +15,21 @@
 // q - 8 or the signed q exactly.
 //
 // Params: 0 m (rows of w), 1 k (cols, a multiple of 32), 2 n (tokens),
-// 3 row_bytes, 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or more
-// when w is a part of a split weight), 6 out's first column.
+// 3 blocks per row, 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or
+// more when w is a part of a split weight), 6 out's first column.
 //
-// MULTI (with REPACKED): up to 3 weights of one input in one dispatch
-// (`Backend::matmuls`: Q, K, V; gate, up), their row blocks one after the
-// other; weight i > 0 is bound as wq{i} and writes out{i}. Params: 0 m,
-// 1 k, 2 n, 3 blocks per row, 4 row blocks of w, 5 m1, 6 row blocks of
-// w1, 7 m2, 8 row blocks of w2 (0: no third weight).
+// MULTI: up to 3 weights of one input in one dispatch (`Backend::matmuls`:
+// Q, K, V; gate, up), their row blocks one after the other; weight i > 0
+// is bound as wq{i} and writes out{i}. Params: 0 m, 1 k, 2 n, 3 blocks per
+// row, 4 row blocks of w, 5 m1, 6 row blocks of w1, 7 m2, 8 row blocks of
+// w2 (0: no third weight).
 
-#ifdef REPACKED
-// Superblocks of 8 blocks (quant.wgsl's REPACKED), read as 16-byte words:
-// a block's quants are one (Q4_0) or two (Q8_0) of them.
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;    // (m, k) repacked
 #ifdef MULTI
 @group(0) @binding(4) var<storage, read> wq1: array<vec4<u32>>;   // (m1, k) repacked
 @group(0) @binding(5) var<storage, read_write> out1: array<f32>;  // (n, m1)
 @group(0) @binding(6) var<storage, read> wq2: array<vec4<u32>>;   // (m2, k) repacked
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>;  // (n, m2)
-#endif
-#else
-@group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
 #endif
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;     // (n, k / 4)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
@@ -55,16 +43,6 @@ fn bytes4(w: u32, mask: u32, flip: u32, bias: f32) -> vec4<f32> {
     let v = ((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(mask)) ^ vec4<u32>(BIG | flip);
     return bitcast<vec4<f32>>(v) - bias;
 }
-
-// Word i of a block's quants (which start 2 bytes into the block): words
-// lo and hi of the block, `odd` when the block starts 2 bytes past a word.
-fn qword(lo: u32, hi: u32, odd: bool) -> u32 {
-    return select((lo >> 16u) | (hi << 16u), hi, odd);
-}
-
-#ifdef REPACKED
-// Offsets count blocks: `rb` is a row's first block, BLOCK one block.
-const BLOCK: u32 = 1u;
 
 // The scale of block b from its superblock's scale word s (8 halves).
 fn scale_of(s: vec4<u32>, b: u32) -> f32 {
@@ -138,8 +116,34 @@ fn block_dot_of(k: Blk, b: u32, xs: array<vec4<f32>, 8>) -> f32 {
 }
 #endif
 
-fn block_dot(b: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    return block_dot_of(blk(0u, b), b, xs);
+// Block b's contribution to 4 rows (first blocks rb) of weight `which`,
+// from the token's activations at vec4 xb.
+fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
+    let xo = xb + b * 8u;
+    let xs = array<vec4<f32>, 8>(
+        x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
+        x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
+    );
+    return vec4<f32>(
+        block_dot_of(blk(which, rb.x + b), rb.x + b, xs),
+        block_dot_of(blk(which, rb.y + b), rb.y + b, xs),
+        block_dot_of(blk(which, rb.z + b), rb.z + b, xs),
+        block_dot_of(blk(which, rb.w + b), rb.w + b, xs),
+    );
+}
+
+// The 4 rows' sums over this invocation's blocks, two blocks a step so
+// that both blocks' loads are in flight together.
+fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, lid: u32) -> vec4<f32> {
+    var acc = vec4<f32>(0.0);
+    var b = lid;
+    for (; b + RED_WG < nb; b += 2u * RED_WG) {
+        acc += rows4(which, rb, b, xb) + rows4(which, rb, b + RED_WG, xb);
+    }
+    if (b < nb) {
+        acc += rows4(which, rb, b, xb);
+    }
+    return acc;
 }
 
 #ifdef MULTI
@@ -173,22 +177,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         min(r0 + 2u, m - 1u),
         min(r0 + 3u, m - 1u),
     ) * nb;
-    let xb = t * nb * 8u;
-    var acc = vec4<f32>(0.0);
-    for (var b = ln.lid; b < nb; b += RED_WG) {
-        let xo = xb + b * 8u;
-        let xs = array<vec4<f32>, 8>(
-            x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
-            x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
-        );
-        acc += vec4<f32>(
-            block_dot_of(blk(which, rb.x + b), rb.x + b, xs),
-            block_dot_of(blk(which, rb.y + b), rb.y + b, xs),
-            block_dot_of(blk(which, rb.z + b), rb.z + b, xs),
-            block_dot_of(blk(which, rb.w + b), rb.w + b, xs),
-        );
-    }
-    let total = wg_sum4(acc, ln);
+    let total = wg_sum4(sweep(which, rb, nb, t * nb * 8u, ln.lid), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             let o = t * m + r0 + r;
@@ -205,69 +194,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
 }
 #endif
-#else
-#ifdef TYPE_Q4_0
-const BLOCK: u32 = 18u;
-
-// The low nibbles of w's bytes, minus 8.
-fn lo4(w: u32) -> vec4<f32> {
-    return bytes4(w, 0xfu, 0u, 8388616.0);
-}
-
-// Σ (q - 8) · x over the Q4_0 block at byte bo, times its scale; xs are the
-// block's 32 activations (values 4i.. in xs[i]).
-fn block_dot(bo: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let a = bo >> 2u;
-    let odd = (bo & 2u) != 0u;
-    let w0 = wq[a];
-    let w1 = wq[a + 1u];
-    let w2 = wq[a + 2u];
-    let w3 = wq[a + 3u];
-    let w4 = wq[a + 4u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let q0 = qword(w0, w1, odd);
-    let q1 = qword(w1, w2, odd);
-    let q2 = qword(w2, w3, odd);
-    let q3 = qword(w3, w4, odd);
-    // Low nibbles of word i are values 4i.., high nibbles 16 + 4i...
-    let s = (lo4(q0) * xs[0] + lo4(q1) * xs[1]) + (lo4(q2) * xs[2] + lo4(q3) * xs[3])
-        + (lo4(q0 >> 4u) * xs[4] + lo4(q1 >> 4u) * xs[5])
-        + (lo4(q2 >> 4u) * xs[6] + lo4(q3 >> 4u) * xs[7]);
-    return d * ((s.x + s.y) + (s.z + s.w));
-}
-#endif
-
-#ifdef TYPE_Q8_0
-const BLOCK: u32 = 34u;
-
-// Quant word i of a block (words lo, hi) as 4 signed values.
-fn i8x4(lo: u32, hi: u32, odd: bool) -> vec4<f32> {
-    return bytes4(qword(lo, hi, odd), 0xffu, 0x80u, 8388736.0);
-}
-
-// Σ q · x over the Q8_0 block at byte bo, times its scale.
-fn block_dot(bo: u32, xs: array<vec4<f32>, 8>) -> f32 {
-    let a = bo >> 2u;
-    let odd = (bo & 2u) != 0u;
-    let w0 = wq[a];
-    let w1 = wq[a + 1u];
-    let w2 = wq[a + 2u];
-    let w3 = wq[a + 3u];
-    let w4 = wq[a + 4u];
-    let w5 = wq[a + 5u];
-    let w6 = wq[a + 6u];
-    let w7 = wq[a + 7u];
-    let w8 = wq[a + 8u];
-    let d = unpack2x16float(select(w0, w0 >> 16u, odd)).x;
-    let s = (i8x4(w0, w1, odd) * xs[0] + i8x4(w1, w2, odd) * xs[1])
-        + (i8x4(w2, w3, odd) * xs[2] + i8x4(w3, w4, odd) * xs[3])
-        + (i8x4(w4, w5, odd) * xs[4] + i8x4(w5, w6, odd) * xs[5])
-        + (i8x4(w6, w7, odd) * xs[6] + i8x4(w7, w8, odd) * xs[7]);
-    return d * ((s.x + s.y) + (s.z + s.w));
-}
-#endif
-
-#endif
 
 #ifndef MULTI
 @compute @workgroup_size({{WG}})
@@ -280,32 +206,15 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
-    let row_bytes = pu(3);
-    let nb = pu(1) / 32u;
+    let nb = pu(3);
     // Rows past m (the last row block) repeat row m - 1 and are not stored.
     let rb = vec4<u32>(
         min(r0, m - 1u),
         min(r0 + 1u, m - 1u),
         min(r0 + 2u, m - 1u),
         min(r0 + 3u, m - 1u),
-    ) * row_bytes;
-    let xb = t * nb * 8u;
-    var acc = vec4<f32>(0.0);
-    for (var b = ln.lid; b < nb; b += RED_WG) {
-        let xo = xb + b * 8u;
-        let xs = array<vec4<f32>, 8>(
-            x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
-            x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
-        );
-        let bo = b * BLOCK;
-        acc += vec4<f32>(
-            block_dot(rb.x + bo, xs),
-            block_dot(rb.y + bo, xs),
-            block_dot(rb.z + bo, xs),
-            block_dot(rb.w + bo, xs),
-        );
-    }
-    let total = wg_sum4(acc, ln);
+    ) * nb;
+    let total = wg_sum4(sweep(0u, rb, nb, t * nb * 8u, ln.lid), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {

@@ -35,6 +35,18 @@
 const NORM_WG: u32 = {{WG}}u;
 var<workgroup> partial: array<vec2<f32>, NORM_WG>; // (WG) float-float sums
 
+// Value i of the row: x, or with ADD x + addend, also stored as the sum
+// (each invocation reads back below only the values it stored here).
+fn val(i: u32) -> f32 {
+#ifdef ADD
+    let v = x[i] + addend[i];
+    sum[i] = v;
+    return v;
+#else
+    return x[i];
+#endif
+}
+
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = ln.lid;
@@ -45,16 +57,25 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let b = r * cols;
     var ss = vec2<f32>(0.0, 0.0);
-    for (var c = lid; c < cols; c += NORM_WG) {
-#ifdef ADD
-        // Each invocation reads back below only the values it wrote here.
-        let v = x[b + c] + addend[b + c];
-        sum[b + c] = v;
+#ifdef FAST
+    // Plain f32: four values a step, their loads in flight together.
+    var s4 = vec4<f32>(0.0);
+    var c = lid;
+    for (; c + 3u * NORM_WG < cols; c += 4u * NORM_WG) {
+        let v = vec4<f32>(val(b + c), val(b + c + NORM_WG), val(b + c + 2u * NORM_WG), val(b + c + 3u * NORM_WG));
+        s4 = fma(v, v, s4);
+    }
+    for (; c < cols; c += NORM_WG) {
+        let v = val(b + c);
+        s4.x = fma(v, v, s4.x);
+    }
+    ss.x = (s4.x + s4.y) + (s4.z + s4.w);
 #else
-        let v = x[b + c];
-#endif
+    for (var c = lid; c < cols; c += NORM_WG) {
+        let v = val(b + c);
         ss = ff_add_f(ss, opaque(v * v));
     }
+#endif
 #ifdef FAST
     // Plain f32: one workgroup reduction (subgroups where there are).
     let mean = wg_sum(ss.x, ln) / f32(cols);
