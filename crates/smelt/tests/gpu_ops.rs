@@ -769,3 +769,75 @@ fn f32_mode_matmuls_of_one_input() {
         b.failures.join("\n")
     );
 }
+
+/// The f32-activation mode pairs the rope of K with that of Q, and the
+/// cache write of V with that of K, in one dispatch each: both outputs of
+/// each pair against the CPU.
+#[test]
+fn f32_mode_paired_ropes_and_cache_writes() {
+    let seed = seed();
+    let mut b = Bench::new(
+        seed,
+        GpuOptions {
+            quantize_activations: false,
+            ..GpuOptions::default()
+        },
+    );
+    let (rows, hd) = (3usize, 64usize);
+    let pos: Vec<i32> = (0..rows).map(|_| b.rng.gen_range(0..300)).collect();
+    let pos = b.i32s(&pos);
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        let (q, k) = (b.f32s(rows, 4 * hd, 1.0), b.f32s(rows, 2 * hd, 1.0));
+        let (qo, ko) = (b.output(F32, rows, 4 * hd), b.output(F32, rows, 2 * hd));
+        for (i, out) in [qo, ko].into_iter().enumerate() {
+            b.check(
+                &format!("paired rope {mode:?} out {i}"),
+                1e-9,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    let rope = |n_heads| RopeParams {
+                        mode,
+                        n_heads,
+                        head_dim: hd,
+                        n_dims: hd,
+                        freq_base: 10000.0,
+                        freq_scale: 1.0,
+                        freq_factors: None,
+                    };
+                    be.rope(p(q), p(pos), &rope(4), p(qo))?;
+                    be.rope(p(k), p(pos), &rope(2), p(ko))
+                },
+            );
+        }
+    }
+    let ids = b.i32s(&[5, 0, 7]);
+    for cache_t in [F32, F16] {
+        let (k, v) = (b.f32s(rows, 2 * hd, 1.0), b.f32s(rows, 2 * hd, 1.0));
+        let (kc, vc) = (b.output(cache_t, 9, 2 * hd), b.output(cache_t, 9, 2 * hd));
+        let zeros = vec![0u8; kc.gpu.n_bytes()];
+        for t in [kc, vc] {
+            b.cpu.write(t.cpu, &zeros).unwrap();
+            b.gpu.write(t.gpu, &zeros).unwrap();
+        }
+        for (i, out) in [kc, vc].into_iter().enumerate() {
+            b.check(
+                &format!("paired set_rows {cache_t} out {i}"),
+                1e-12,
+                out,
+                |be, g| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    be.set_rows(p(k), p(ids), p(kc))?;
+                    be.set_rows(p(v), p(ids), p(vc))
+                },
+            );
+        }
+    }
+    assert!(
+        b.failures.is_empty(),
+        "seed {seed}: {} of {} cases failed:\n{}",
+        b.failures.len(),
+        b.cases,
+        b.failures.join("\n")
+    );
+}

@@ -24,7 +24,7 @@ pub use pipelines::{
     ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
 
-use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
+use crate::backend::{Caps, Result, RopeParams, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
 
 use buffers::Buffers;
@@ -73,20 +73,121 @@ enum Pending {
     /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
     /// next takes it in (`AddRmsNorm`).
     Add { a: Tensor, b: Tensor, out: Tensor },
+    /// A rope (f32 activations): a rope at the same positions and with the
+    /// same frequencies next (K after Q) joins it in one dispatch.
+    Rope {
+        x: Tensor,
+        pos: Tensor,
+        p: RopeParams,
+        out: Tensor,
+    },
+    /// A KV-cache write (f32 activations): one with the same ids into a
+    /// cache of the same shape next (V after K) joins it in one dispatch.
+    SetRows {
+        src: Tensor,
+        ids: Tensor,
+        dst: Tensor,
+    },
+}
+
+/// Tensors a held-back dispatch may bind besides its own: the dummy for an
+/// absent input and the exact.wgsl tables.
+#[derive(Clone, Copy)]
+struct Aux {
+    dummy: Tensor,
+    tables: Tensor,
+}
+
+/// One dispatch: kernel, parameters, bindings, workgroups.
+type Call = (Kernel, Params, Vec<Tensor>, u64);
+
+/// A rope of `x` (and, paired, of `x2` into `out2` with its own heads) at
+/// `pos`: one invocation per pair of values.
+fn rope_call(
+    (x, pos, p, out): (Tensor, Tensor, &RopeParams, Tensor),
+    pair: Option<(Tensor, usize, Tensor)>,
+    aux: Aux,
+) -> Call {
+    // ggml's theta_scale, with the CPU's powf.
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
+    let heads2 = pair.map_or(0, |(_, h, _)| h);
+    let params = params(&[
+        P::U(x.rows as u32),
+        P::U(p.n_heads as u32),
+        P::U(p.head_dim as u32),
+        P::U(p.n_dims as u32),
+        P::F(theta_scale),
+        P::F(p.freq_scale),
+        P::U(u32::from(p.freq_factors.is_some())),
+        P::U(heads2 as u32),
+    ]);
+    let ff = p.freq_factors.unwrap_or(aux.dummy);
+    let groups = (x.rows * (p.n_heads + heads2) * p.head_dim / 2).div_ceil(64) as u64;
+    match pair {
+        None => (
+            Kernel::Rope(p.mode),
+            params,
+            vec![x, pos, out, ff, aux.tables],
+            groups,
+        ),
+        Some((x2, _, out2)) => (
+            Kernel::RopePair(p.mode),
+            params,
+            vec![x, pos, out, ff, x2, out2, aux.tables],
+            groups,
+        ),
+    }
+}
+
+/// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
+/// invocation per value, or per pair of values of an F16 cache.
+fn set_rows_call(
+    (src, ids, dst): (Tensor, Tensor, Tensor),
+    pair: Option<(Tensor, Tensor)>,
+) -> Call {
+    let n = ids.n_elements();
+    let per_row = if dst.dtype == GgmlType::F16 {
+        dst.cols / 2
+    } else {
+        dst.cols
+    };
+    let params = params(&[P::U(n as u32), P::U(dst.cols as u32), P::U(dst.rows as u32)]);
+    let calls = if pair.is_some() { 2 } else { 1 };
+    let groups = (calls * n * per_row).div_ceil(256) as u64;
+    match pair {
+        None => (
+            Kernel::SetRows(dst.dtype),
+            params,
+            vec![src, dst, ids],
+            groups,
+        ),
+        Some((src2, dst2)) => (
+            Kernel::SetRowsPair(dst.dtype),
+            params,
+            vec![src, dst, ids, src2, dst2],
+            groups,
+        ),
+    }
 }
 
 impl Pending {
     fn out(&self) -> Tensor {
         match *self {
-            Pending::Norm { out, .. } | Pending::Glu { out, .. } | Pending::Add { out, .. } => out,
+            Pending::Norm { out, .. }
+            | Pending::Glu { out, .. }
+            | Pending::Add { out, .. }
+            | Pending::Rope { out, .. } => out,
+            Pending::SetRows { dst, .. } => dst,
         }
     }
 
     /// The kernel, parameters, bindings and workgroups of the op alone,
     /// or (`q8`: quants, scales, sums) fused with the Q8 rounding of its
     /// output.
-    fn dispatch(&self, q8: Option<[Tensor; 3]>) -> (Kernel, Params, Vec<Tensor>, u64) {
+    fn dispatch(&self, q8: Option<[Tensor; 3]>, aux: Aux) -> Call {
         match *self {
+            Pending::Rope { x, pos, ref p, out } => rope_call((x, pos, p, out), None, aux),
+            Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
             Pending::Norm { x, w, eps, out } => {
                 let p = params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]);
                 match q8 {
@@ -389,7 +490,7 @@ impl GpuBackend {
         if let Some((p, bufs)) = fused {
             // The op and the rounding in one dispatch.
             self.pending = None;
-            let (kernel, params, bound, groups) = p.dispatch(Some(bufs));
+            let (kernel, params, bound, groups) = p.dispatch(Some(bufs), self.aux());
             self.run(kernel, params, &bound, groups)?;
             self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
@@ -417,7 +518,7 @@ impl GpuBackend {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
-        let (kernel, params, bound, groups) = p.dispatch(None);
+        let (kernel, params, bound, groups) = p.dispatch(None, self.aux());
         self.run(kernel, params, &bound, groups)
     }
 
@@ -430,15 +531,81 @@ impl GpuBackend {
         let in_place = match p {
             Pending::Norm { x, .. } => x.id == out.id,
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
-            Pending::Add { .. } => true,
+            Pending::Add { .. } | Pending::Rope { .. } | Pending::SetRows { .. } => true,
         };
         if self.ctx.quantize_activations && out.cols.is_multiple_of(32) && !in_place {
             self.acts_of = None;
             self.pending = Some(p);
             return Ok(());
         }
-        let (kernel, params, bound, groups) = p.dispatch(None);
+        let (kernel, params, bound, groups) = p.dispatch(None, self.aux());
         self.run(kernel, params, &bound, groups)
+    }
+
+    fn aux(&self) -> Aux {
+        Aux {
+            dummy: self.dummy,
+            tables: self.tables,
+        }
+    }
+
+    /// Holds a rope back (f32 activations), or dispatches it paired with
+    /// the one held if that one has the same positions and frequencies.
+    fn rope_paired(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
+        if let Some(Pending::Rope {
+            x: x1,
+            pos: pos1,
+            p: p1,
+            out: out1,
+        }) = self.pending
+        {
+            let same = RopeParams {
+                n_heads: p.n_heads,
+                ..p1
+            } == *p;
+            let apart = [x.id, out.id]
+                .iter()
+                .all(|&id| id != x1.id && id != out1.id && id != pos.id);
+            if pos1 == pos && same && apart {
+                self.pending = None;
+                let (kernel, params, bound, groups) =
+                    rope_call((x1, pos, &p1, out1), Some((x, p.n_heads, out)), self.aux());
+                return self.run(kernel, params, &bound, groups);
+            }
+        }
+        self.flush_pending()?;
+        self.wrote(out);
+        self.pending = Some(Pending::Rope { x, pos, p: *p, out });
+        Ok(())
+    }
+
+    /// Holds a KV-cache write back (f32 activations), or dispatches it
+    /// paired with the one held if that one has the same ids and shapes.
+    fn set_rows_paired(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+        if let Some(Pending::SetRows {
+            src: src1,
+            ids: ids1,
+            dst: dst1,
+        }) = self.pending
+        {
+            let same = ids1 == ids
+                && (src1.rows, src1.cols) == (src.rows, src.cols)
+                && (dst1.dtype, dst1.rows, dst1.cols) == (dst.dtype, dst.rows, dst.cols)
+                && src1.dtype == src.dtype;
+            let apart = [src.id, dst.id]
+                .iter()
+                .all(|&id| id != src1.id && id != dst1.id && id != ids.id);
+            if same && apart {
+                self.pending = None;
+                let (kernel, params, bound, groups) =
+                    set_rows_call((src1, ids, dst1), Some((src, dst)));
+                return self.run(kernel, params, &bound, groups);
+            }
+        }
+        self.flush_pending()?;
+        self.wrote(dst);
+        self.pending = Some(Pending::SetRows { src, ids, dst });
+        Ok(())
     }
 
     /// Holds a residual add back (f32 activations), for an rms_norm of its

@@ -13,7 +13,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pipelines::{
     Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
-use super::{GpuBackend, MatIn, P, Pending, params};
+use super::{GpuBackend, MatIn, P, Pending, params, rope_call, set_rows_call};
 
 /// Up to this many tokens a matmul runs as mat-vec (weights streamed once
 /// per token); above it, the tiled kernel.
@@ -187,18 +187,12 @@ impl Backend for GpuBackend {
                 dst.cols
             )
         })?;
-        let n = ids.n_elements();
-        let per_row = if dst.dtype == F16 {
-            dst.cols / 2
-        } else {
-            dst.cols
-        };
-        self.run(
-            Kernel::SetRows(dst.dtype),
-            params(&[u(n), u(dst.cols), u(dst.rows)]),
-            &[src, dst, ids],
-            (n * per_row).div_ceil(256) as u64,
-        )
+        // With f32 activations, held back for V's write to join K's.
+        if !self.ctx.quantize_activations && src.dtype == F32 {
+            return self.set_rows_paired(src, ids, dst);
+        }
+        let (kernel, params, bound, groups) = set_rows_call((src, ids, dst), None);
+        self.run(kernel, params, &bound, groups)
     }
 
     fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
@@ -237,28 +231,12 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
-        // ggml's theta_scale, with the CPU's powf.
-        let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
-        self.run(
-            Kernel::Rope(p.mode),
-            params(&[
-                u(x.rows),
-                u(p.n_heads),
-                u(p.head_dim),
-                u(p.n_dims),
-                P::F(theta_scale),
-                P::F(p.freq_scale),
-                u(usize::from(p.freq_factors.is_some())),
-            ]),
-            &[
-                x,
-                pos,
-                out,
-                p.freq_factors.unwrap_or(self.dummy),
-                self.tables,
-            ],
-            (x.rows * p.n_heads * p.head_dim / 2).div_ceil(64) as u64,
-        )
+        // With f32 activations, held back for K's rope to join Q's.
+        if !self.ctx.quantize_activations {
+            return self.rope_paired(x, pos, p, out);
+        }
+        let (kernel, params, bound, groups) = rope_call((x, pos, p, out), None, self.aux());
+        self.run(kernel, params, &bound, groups)
     }
 
     fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {

@@ -131,6 +131,8 @@ pub enum Kernel {
     /// SiluMul or GeluMul fused with the next matmul's Q8 rounding.
     GluQ8(Elementwise),
     Rope(RopeMode),
+    /// Two ropes at the same positions (Q and K) in one dispatch.
+    RopePair(RopeMode),
     /// The cache type, F32 or F16: one workgroup per (row, head), keys
     /// spread over the workgroup (decode).
     Attention(GgmlType),
@@ -148,6 +150,8 @@ pub enum Kernel {
     },
     /// The destination (cache) type, F32 or F16.
     SetRows(GgmlType),
+    /// Two KV-cache writes with the same ids (K and V) in one dispatch.
+    SetRowsPair(GgmlType),
     /// Rounds activations as ggml's matmul does (`quantize.wgsl`).
     QuantizeActs(ActQuant),
 }
@@ -234,12 +238,16 @@ impl Kernel {
             Kernel::AddRmsNorm,
             Kernel::Rope(RopeMode::Normal),
             Kernel::Rope(RopeMode::Neox),
+            Kernel::RopePair(RopeMode::Normal),
+            Kernel::RopePair(RopeMode::Neox),
             Kernel::Attention(F32),
             Kernel::Attention(F16),
             Kernel::Softmax,
             Kernel::Argmax,
             Kernel::SetRows(F32),
             Kernel::SetRows(F16),
+            Kernel::SetRowsPair(F32),
+            Kernel::SetRowsPair(F16),
         ]);
         for op in [
             Elementwise::Add,
@@ -296,11 +304,13 @@ impl Kernel {
             Kernel::AddRmsNorm => &[RW, RW, RW, RW, RW],
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
+            Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
             Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
             Kernel::SetRows(_) => &[RW, RW, RW],
+            Kernel::SetRowsPair(_) => &[RW, RW, RW, RW, RW],
             Kernel::QuantizeActs(ActQuant::Q8) => &[RW, RW, RW, RW],
             Kernel::QuantizeActs(_) => &[RW, RW],
         }
@@ -399,9 +409,12 @@ impl Kernel {
                 def("ADD");
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
-            Kernel::Rope(mode) => {
+            Kernel::Rope(mode) | Kernel::RopePair(mode) => {
                 if mode == RopeMode::Neox {
                     def("NEOX");
+                }
+                if matches!(self, Kernel::RopePair(_)) {
+                    def("PAIR");
                 }
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ROPE]);
@@ -464,8 +477,11 @@ impl Kernel {
                 });
                 parts.extend([src::EXACT, src::QUANTIZE]);
             }
-            Kernel::SetRows(dst) => {
+            Kernel::SetRows(dst) | Kernel::SetRowsPair(dst) => {
                 def("SET_ROWS");
+                if matches!(self, Kernel::SetRowsPair(_)) {
+                    def("PAIR");
+                }
                 if dst == GgmlType::F16 {
                     def("DST_F16");
                 }

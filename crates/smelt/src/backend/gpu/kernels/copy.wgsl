@@ -25,6 +25,26 @@ fn src_at(e: u32) -> f32 {
 #ifdef SET_ROWS
 @group(0) @binding(3) var<storage, read_write> ids: array<i32>;   // (n)
 #endif
+#ifdef PAIR
+// SET_ROWS of a second source into a second destination, same shapes and
+// ids (K and V into their caches): invocations past the first's go there.
+@group(0) @binding(4) var<storage, read_write> src2: array<f32>;  // (rows, cols)
+#ifdef DST_F16
+@group(0) @binding(5) var<storage, read_write> dst2: array<u32>;  // (rows, cols) f16 pairs
+#else
+@group(0) @binding(5) var<storage, read_write> dst2: array<f32>;  // (rows, cols)
+#endif
+#endif
+
+// Value e of the source (the second one when `second`).
+fn src_of(second: bool, e: u32) -> f32 {
+#ifdef PAIR
+    if (second) {
+        return src2[e];
+    }
+#endif
+    return src_at(e);
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -36,11 +56,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #else
     let per_row = cols;
 #endif
+    var gi = g;
+    var second = false;
+#ifdef PAIR
     if (g >= pu(0) * per_row) {
+        gi = g - pu(0) * per_row;
+        second = true;
+    }
+#endif
+    if (gi >= pu(0) * per_row) {
         return;
     }
-    let i = g / per_row;
-    let c = g % per_row;
+    let i = gi / per_row;
+    let c = gi % per_row;
     let id = ids[i];
     // An id outside the cache writes nothing rather than out of bounds.
     if (id < 0 || u32(id) >= pu(2)) {
@@ -48,10 +76,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
 #ifdef DST_F16
     let e = i * cols + 2u * c;
-    dst[(u32(id) * cols) / 2u + c] = pack2x16float(vec2<f32>(src_at(e), src_at(e + 1u)));
+    let word = pack2x16float(vec2<f32>(src_of(second, e), src_of(second, e + 1u)));
+    let at = (u32(id) * cols) / 2u + c;
 #else
-    dst[u32(id) * cols + c] = src_at(i * cols + c);
+    let word = src_of(second, i * cols + c);
+    let at = u32(id) * cols + c;
 #endif
+#ifdef PAIR
+    if (second) {
+        dst2[at] = word;
+        return;
+    }
+#endif
+    dst[at] = word;
 #else
     let n = pu(0);
 #ifdef DST_F16

@@ -16,14 +16,47 @@
 @group(0) @binding(2) var<storage, read_write> pos: array<i32>;   // (rows)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (rows, n_heads * head_dim)
 @group(0) @binding(4) var<storage, read_write> ff: array<f32>;    // (n_dims / 2), or a dummy
+#ifdef PAIR
+// A second tensor rotated at the same positions (K after Q), with param 7
+// heads: invocations past the first's go there.
+@group(0) @binding(5) var<storage, read_write> x2: array<f32>;    // (rows, heads2 * head_dim)
+@group(0) @binding(6) var<storage, read_write> out2: array<f32>;  // (rows, heads2 * head_dim)
+#endif
+
+fn ld(second: bool, i: u32) -> f32 {
+#ifdef PAIR
+    if (second) {
+        return x2[i];
+    }
+#endif
+    return x[i];
+}
+
+fn st(second: bool, i: u32, v: f32) {
+#ifdef PAIR
+    if (second) {
+        out2[i] = v;
+        return;
+    }
+#endif
+    out[i] = v;
+}
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let g = gid.x + gid.y * nwg.x * 64u;
-    let n_heads = pu(1);
+    var g = gid.x + gid.y * nwg.x * 64u;
+    var n_heads = pu(1);
     let hd = pu(2);
     let n_dims = pu(3);
     let half_pairs = hd / 2u;
+    var second = false;
+#ifdef PAIR
+    if (g >= pu(0) * n_heads * half_pairs) {
+        g -= pu(0) * n_heads * half_pairs;
+        n_heads = pu(7);
+        second = true;
+    }
+#endif
     if (g >= pu(0) * n_heads * half_pairs) {
         return;
     }
@@ -37,8 +70,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #else
         let i0 = base + 2u * p;
 #endif
-        out[i0] = x[i0];
-        out[i0 + 1u] = x[i0 + 1u];
+        st(second, i0, ld(second, i0));
+        st(second, i0 + 1u, ld(second, i0 + 1u));
         return;
     }
 #ifdef NEOX
@@ -60,8 +93,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         theta = div_rn(theta, ff[p]);
     }
     let sc = sincos_rn(pf(5) * theta);
-    let x0 = x[i0];
-    let x1 = x[i1];
-    out[i0] = fmaf(x0, sc.y, -(x1 * sc.x));
-    out[i1] = fmaf(x0, sc.x, x1 * sc.y);
+    let x0 = ld(second, i0);
+    let x1 = ld(second, i1);
+    st(second, i0, fmaf(x0, sc.y, -(x1 * sc.x)));
+    st(second, i1, fmaf(x0, sc.x, x1 * sc.y));
 }
