@@ -30,7 +30,7 @@ const FM: u32 = {{FM}}u;
 const FN: u32 = {{FN}}u;
 const TM: u32 = 2u * FM * FS;
 const TN: u32 = 2u * FN * FS;
-const TK: u32 = 32u;
+const TK: u32 = {{TK}}u;
 // Halves per row of a staged tile: TK plus 8 of padding, which keeps
 // fragment rows 16-byte aligned and spreads them over the banks.
 const LDS: u32 = TK + 8u;
@@ -65,9 +65,9 @@ fn main(
     var acc: array<coop_mat{{FS}}x{{FS}}<f32, C>, FM * FN>;
     for (var k0 = 0u; k0 < k; k0 += TK) {
         // Weights: TM rows × 4 groups of 8 values.
-        for (var i = lid; i < TM * 4u; i += WG) {
-            let rr = i / 4u;
-            let kg = i % 4u;
+        for (var i = lid; i < TM * (TK / 8u); i += WG) {
+            let rr = i / (TK / 8u);
+            let kg = i % (TK / 8u);
             let r = min(r0 + rr, m - 1u);
             let v = dq8(r * row_bytes, k0 / 8u + kg);
             let o = rr * LDS + 8u * kg;
@@ -77,9 +77,9 @@ fn main(
             }
         }
         // Activations: TN tokens × 8 vec4s.
-        for (var i = lid; i < TN * 8u; i += WG) {
-            let tt = i / 8u;
-            let c4 = i % 8u;
+        for (var i = lid; i < TN * (TK / 4u); i += WG) {
+            let tt = i / (TK / 4u);
+            let c4 = i % (TK / 4u);
             let t = min(t0 + tt, n - 1u);
             let v = x[(t * k + k0) / 4u + c4];
             let o = tt * LDS + 4u * c4;
