@@ -523,8 +523,8 @@ mod avx2 {
         }
         // The value updates, over units of 4 registers (32 values) of one
         // head, 2 units at a time: 8 accumulators stay in registers (12
-        // spilled to the stack), and
-        // their independent f16 roundings overlap.
+        // spilled to the stack), and their independent f16 roundings
+        // overlap.
         sums.fill(0.0);
         let units = g * N / 4;
         let steps = (&es[..], &ups[..], s);
