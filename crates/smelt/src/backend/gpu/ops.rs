@@ -11,7 +11,7 @@ use crate::backend::{
 use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pipelines::{
-    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, coop_tk, has_min,
+    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
 use super::{GpuBackend, MatIn, P, Pending, params, rope_call, set_rows_call};
 
@@ -493,7 +493,7 @@ impl GpuBackend {
                     (blocks * n) as u64,
                 )
             }
-            MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(coop_tk()) => {
+            MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
                 let (tm, tn) = self.ctx.features.coop_tile();
                 let tiles_m = m.div_ceil(tm);
                 self.run(

@@ -192,18 +192,10 @@ impl ShaderFeatures {
     }
 }
 
-/// Depth of one step of the coop matmul along k (a multiple of 32; k must
-/// be a multiple of it).
-pub fn coop_tk() -> usize {
-    std::env::var("SMELT_COOP_TK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(32)
-}
-
 /// Fragments per subgroup (along rows, along tokens) for a fragment size:
 /// on the H100, 2 × 2 of 16 ran 1b prefill at 10489 t/s, 4 × 2 at 8946,
-/// 2 × 4 at 9377 and 4 × 4 at 7470.
+/// 2 × 4 at 9377 and 4 × 4 at 7470 (and steps of 64 along k instead of 32:
+/// 10218-10293 against 10911-11032).
 fn coop_fragments(fs: u32) -> (usize, usize) {
     if fs == 8 { (4, 4) } else { (2, 2) }
 }
@@ -374,7 +366,6 @@ impl Kernel {
                 defines.push(("FS", f.coop.to_string()));
                 defines.push(("FM", fm.to_string()));
                 defines.push(("FN", fn_.to_string()));
-                defines.push(("TK", coop_tk().to_string()));
                 parts.extend([src::QUANT, src::MATMUL_COOP]);
             }
             Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {

@@ -30,7 +30,7 @@ const FM: u32 = {{FM}}u;
 const FN: u32 = {{FN}}u;
 const TM: u32 = 2u * FM * FS;
 const TN: u32 = 2u * FN * FS;
-const TK: u32 = {{TK}}u;
+const TK: u32 = 32u;
 // Halves per row of a staged tile: TK plus 8 of padding, which keeps
 // fragment rows 16-byte aligned and spreads them over the banks.
 const LDS: u32 = TK + 8u;
