@@ -73,16 +73,16 @@ enum Pending {
     /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
     /// next takes it in (`AddRmsNorm`).
     Add { a: Tensor, b: Tensor, out: Tensor },
-    /// A rope (f32 activations): a rope at the same positions and with the
-    /// same frequencies next (K after Q) joins it in one dispatch.
+    /// A rope: a rope at the same positions and with the same frequencies
+    /// next (K after Q) joins it in one dispatch.
     Rope {
         x: Tensor,
         pos: Tensor,
         p: RopeParams,
         out: Tensor,
     },
-    /// A KV-cache write (f32 activations): one with the same ids into a
-    /// cache of the same shape next (V after K) joins it in one dispatch.
+    /// A KV-cache write: one with the same ids into a cache of the same
+    /// shape next (V after K) joins it in one dispatch.
     SetRows {
         src: Tensor,
         ids: Tensor,
@@ -549,7 +549,7 @@ impl GpuBackend {
         }
     }
 
-    /// Holds a rope back (f32 activations), or dispatches it paired with
+    /// Holds a rope back, or dispatches it paired with
     /// the one held if that one has the same positions and frequencies.
     fn rope_paired(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
         if let Some(Pending::Rope {
@@ -579,7 +579,7 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Holds a KV-cache write back (f32 activations), or dispatches it
+    /// Holds a KV-cache write back, or dispatches it
     /// paired with the one held if that one has the same ids and shapes.
     fn set_rows_paired(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
         if let Some(Pending::SetRows {

@@ -13,7 +13,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pipelines::{
     Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
-use super::{GpuBackend, MatIn, P, Pending, params, rope_call, set_rows_call};
+use super::{GpuBackend, MatIn, P, Pending, params};
 
 /// Up to this many tokens a matmul runs as mat-vec (weights streamed once
 /// per token); above it, the tiled kernel.
@@ -187,12 +187,8 @@ impl Backend for GpuBackend {
                 dst.cols
             )
         })?;
-        // With f32 activations, held back for V's write to join K's.
-        if !self.ctx.quantize_activations && src.dtype == F32 {
-            return self.set_rows_paired(src, ids, dst);
-        }
-        let (kernel, params, bound, groups) = set_rows_call((src, ids, dst), None);
-        self.run(kernel, params, &bound, groups)
+        // Held back for V's write to join K's (the same arithmetic).
+        self.set_rows_paired(src, ids, dst)
     }
 
     fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
@@ -231,12 +227,8 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
-        // With f32 activations, held back for K's rope to join Q's.
-        if !self.ctx.quantize_activations {
-            return self.rope_paired(x, pos, p, out);
-        }
-        let (kernel, params, bound, groups) = rope_call((x, pos, p, out), None, self.aux());
-        self.run(kernel, params, &bound, groups)
+        // Held back for K's rope to join Q's (the same arithmetic).
+        self.rope_paired(x, pos, p, out)
     }
 
     fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
