@@ -106,48 +106,6 @@ fn quad_sum(a: f32, lid: u32) -> f32 {
 #endif
 }
 
-// One block's weight words for invocation j of a quad: its two lanes, the
-// scale and (Q4_1, Q5_1) the minimum.
-struct WBlock {
-    w: vec2<u32>,
-    dw: f32,
-    mw: f32,
-}
-
-fn load_block(rb: u32, b: u32, j: u32) -> WBlock {
-    let bo = rb + b * BLOCK;
-    var k: WBlock;
-    k.w = lanes(bo, j);
-    k.dw = rdf16(bo);
-#ifdef HAS_MIN
-    k.mw = rdf16(bo + 2u);
-#endif
-    return k;
-}
-
-// Block b's terms into each token's lane chains (and minimum chain).
-fn add_block(
-    acc_lo: ptr<function, array<f32, TT>>,
-    acc_hi: ptr<function, array<f32, TT>>,
-    mins: ptr<function, array<f32, TT>>,
-    k: WBlock,
-    b: u32,
-    t0: u32,
-    nt: u32,
-    nb: u32,
-    j: u32,
-) {
-    for (var t = 0u; t < nt; t++) {
-        let xt = (t0 + t) * nb + b;
-        let d = k.dw * xd[xt];
-        (*acc_lo)[t] = fmaf(d, f32(dot4I8Packed(k.w.x, xq[8u * xt + j])), (*acc_lo)[t]);
-        (*acc_hi)[t] = fmaf(d, f32(dot4I8Packed(k.w.y, xq[8u * xt + j + 4u])), (*acc_hi)[t]);
-#ifdef HAS_MIN
-        (*mins)[t] = fmaf(k.mw, xs[xt], (*mins)[t]);
-#endif
-    }
-}
-
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -174,22 +132,22 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         acc_hi[t] = 0.0;
         mins[t] = 0.0;
     }
-    // Four blocks' weights are loaded before any of them is summed, so
-    // their loads are in flight together; the sums still go block by
-    // block, in order.
-    var b = 0u;
-    for (; b + 4u <= nb; b += 4u) {
-        let w0 = load_block(rb, b, j);
-        let w1 = load_block(rb, b + 1u, j);
-        let w2 = load_block(rb, b + 2u, j);
-        let w3 = load_block(rb, b + 3u, j);
-        add_block(&acc_lo, &acc_hi, &mins, w0, b, t0, nt, nb, j);
-        add_block(&acc_lo, &acc_hi, &mins, w1, b + 1u, t0, nt, nb, j);
-        add_block(&acc_lo, &acc_hi, &mins, w2, b + 2u, t0, nt, nb, j);
-        add_block(&acc_lo, &acc_hi, &mins, w3, b + 3u, t0, nt, nb, j);
-    }
-    for (; b < nb; b++) {
-        add_block(&acc_lo, &acc_hi, &mins, load_block(rb, b, j), b, t0, nt, nb, j);
+    for (var b = 0u; b < nb; b++) {
+        let bo = rb + b * BLOCK;
+        let w = lanes(bo, j);
+        let dw = rdf16(bo);
+#ifdef HAS_MIN
+        let mw = rdf16(bo + 2u);
+#endif
+        for (var t = 0u; t < nt; t++) {
+            let xt = (t0 + t) * nb + b;
+            let d = dw * xd[xt];
+            acc_lo[t] = fmaf(d, f32(dot4I8Packed(w.x, xq[8u * xt + j])), acc_lo[t]);
+            acc_hi[t] = fmaf(d, f32(dot4I8Packed(w.y, xq[8u * xt + j + 4u])), acc_hi[t]);
+#ifdef HAS_MIN
+            mins[t] = fmaf(mw, xs[xt], mins[t]);
+#endif
+        }
     }
     for (var t = 0u; t < nt; t++) {
         let s = quad_sum(acc_lo[t] + acc_hi[t], lid);
