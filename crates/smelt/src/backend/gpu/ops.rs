@@ -457,14 +457,14 @@ impl GpuBackend {
         self.wrote(out);
         match input {
             MatIn::Q8([xq, xd, xs]) => {
-                // ggml's integer lanes: 16 rows per workgroup, TT tokens
+                // ggml's integer lanes: 8 rows per workgroup, TT tokens
                 // per invocation.
                 let (kernel, tokens) = if n <= MATVEC_MAX_TOKENS {
                     (Kernel::MatVecQ8(w.dtype), MATVEC_Q8_TOKENS)
                 } else {
                     (Kernel::MatMulQ8(w.dtype), MATMUL_Q8_TOKENS)
                 };
-                let groups = m.div_ceil(16);
+                let groups = m.div_ceil(8);
                 let mut bound = vec![w, xq, xd, out];
                 if has_min(w.dtype) {
                     bound.push(xs);

@@ -7,14 +7,15 @@
 // ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), plus,
 // for Q4_1 and Q5_1, the chain min = fmaf(m_w, s_x, min) over the blocks.
 //
-// Each lane's chain is sequential in k, so k is never split: a quad of 4
-// invocations owns a weight row, invocation j the lanes j and j + 4 (one
-// qs word of a Q4 block holds both), and each invocation carries TT tokens
-// so that a weight word is read once for all of them. A workgroup is 16
-// rows; workgroups tile rows × groups of TT tokens. The quad meets in two
-// xor-shuffles (or workgroup memory).
+// Each lane's chain is sequential in k, so k is never split: an octet of 8
+// invocations owns a weight row, invocation l its lane l (lanes j and
+// j + 4 share one qs word of a Q4 block, as its low and high nibbles), and
+// each invocation carries TT tokens so that a weight word is read once for
+// all of them. A workgroup is 8 rows; workgroups tile rows × groups of TT
+// tokens. The octet meets in three xor-shuffles (or workgroup memory) in
+// ggml's order.
 //
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 16)), 5 out's
+// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 8)), 5 out's
 // row stride (m, or more when w is a part of a split weight), 6 out's first
 // column.
 
@@ -27,7 +28,7 @@
 #endif
 
 const TT: u32 = {{TT}}u;
-const ROWS: u32 = 16u;
+const ROWS: u32 = 8u;
 
 // The 4-bit fields of w spread to the low nibbles of its bytes: values
 // 4j..4j+3 of a Q4 block are the low nibbles of qs word j, values
@@ -88,21 +89,24 @@ fn lanes(bo: u32, j: u32) -> vec2<u32> {
 #endif
 
 #ifndef SUBGROUPS
-var<workgroup> quad: array<f32, 64>;
+var<workgroup> octet: array<f32, 64>;
 #endif
 
-// ((a0 + a2) + (a1 + a3)) over the quad, valid in its invocation 0. Every
-// invocation must call it.
-fn quad_sum(a: f32, lid: u32) -> f32 {
+// The octet's lanes a0..a7 summed as ggml does, ((a0 + a4) + (a2 + a6)) +
+// ((a1 + a5) + (a3 + a7)), valid in its invocation 0. Every invocation
+// must call it.
+fn octet_sum(a: f32, lid: u32) -> f32 {
 #ifdef SUBGROUPS
-    let b = a + subgroupShuffleXor(a, 2u);
-    return b + subgroupShuffleXor(b, 1u);
+    let b = a + subgroupShuffleXor(a, 4u);
+    let c = b + subgroupShuffleXor(b, 2u);
+    return c + subgroupShuffleXor(c, 1u);
 #else
     workgroupBarrier();
-    quad[lid] = a;
+    octet[lid] = a;
     workgroupBarrier();
-    let q = lid & ~3u;
-    return (quad[q] + quad[q + 2u]) + (quad[q + 1u] + quad[q + 3u]);
+    let q = lid & ~7u;
+    return ((octet[q] + octet[q + 4u]) + (octet[q + 2u] + octet[q + 6u]))
+        + ((octet[q + 1u] + octet[q + 5u]) + (octet[q + 3u] + octet[q + 7u]));
 #endif
 }
 
@@ -119,22 +123,23 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     if (t0 >= n) {
         return;
     }
-    let row = (g % groups) * ROWS + lid / 4u;
-    let j = lid % 4u;
+    let row = (g % groups) * ROWS + lid / 8u;
+    // Lane l = j + 4 · hi: word j of the block, its high half when hi.
+    let l = lid % 8u;
+    let j = l % 4u;
+    let hi = l / 4u;
     let rb = min(row, m - 1u) * pu(3);
     let nb = k / 32u;
     let nt = min(TT, n - t0);
-    var acc_lo: array<f32, TT>;
-    var acc_hi: array<f32, TT>;
+    var acc: array<f32, TT>;
     var mins: array<f32, TT>;
     for (var t = 0u; t < TT; t++) {
-        acc_lo[t] = 0.0;
-        acc_hi[t] = 0.0;
+        acc[t] = 0.0;
         mins[t] = 0.0;
     }
     for (var b = 0u; b < nb; b++) {
         let bo = rb + b * BLOCK;
-        let w = lanes(bo, j);
+        let w = lanes(bo, j)[hi];
         let dw = rdf16(bo);
 #ifdef HAS_MIN
         let mw = rdf16(bo + 2u);
@@ -142,16 +147,15 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var t = 0u; t < nt; t++) {
             let xt = (t0 + t) * nb + b;
             let d = dw * xd[xt];
-            acc_lo[t] = fmaf(d, f32(dot4I8Packed(w.x, xq[8u * xt + j])), acc_lo[t]);
-            acc_hi[t] = fmaf(d, f32(dot4I8Packed(w.y, xq[8u * xt + j + 4u])), acc_hi[t]);
+            acc[t] = fmaf(d, f32(dot4I8Packed(w, xq[8u * xt + l])), acc[t]);
 #ifdef HAS_MIN
             mins[t] = fmaf(mw, xs[xt], mins[t]);
 #endif
         }
     }
     for (var t = 0u; t < nt; t++) {
-        let s = quad_sum(acc_lo[t] + acc_hi[t], lid);
-        if (j == 0u && row < m) {
+        let s = octet_sum(acc[t], lid);
+        if (l == 0u && row < m) {
             out[(t0 + t) * pu(5) + pu(6) + row] = s + mins[t];
         }
     }
