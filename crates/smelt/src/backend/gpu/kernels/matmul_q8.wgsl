@@ -7,15 +7,20 @@
 // ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), plus,
 // for Q4_1 and Q5_1, the chain min = fmaf(m_w, s_x, min) over the blocks.
 //
-// Each lane's chain is sequential in k, so k is never split: an octet of 8
-// invocations owns a weight row, invocation l its lane l (lanes j and
-// j + 4 share one qs word of a Q4 block, as its low and high nibbles), and
-// each invocation carries TT tokens so that a weight word is read once for
-// all of them. A workgroup is 8 rows; workgroups tile rows × groups of TT
-// tokens. The octet meets in three xor-shuffles (or workgroup memory) in
-// ggml's order.
+// Each lane's chain is sequential in k, so k is never split: a quad of 4
+// invocations owns a weight row, invocation j the lanes j and j + 4 (one
+// qs word of a Q4 block holds both), and each invocation carries TT tokens
+// so that a weight word is read once for all of them. A workgroup is 16
+// rows; workgroups tile rows × groups of TT tokens. The quad meets in two
+// xor-shuffles (or workgroup memory).
 //
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 8)), 5 out's
+// With OCTET (decode), an octet of 8 invocations owns a row instead, one
+// lane each: twice the invocations, so twice the loads in flight, for the
+// few tokens of a decode step (prefill keeps the quads, which read the
+// activations half as often). A workgroup is then 8 rows, and the octet
+// meets in three xor-shuffles, in the same order.
+//
+// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / ROWS)), 5 out's
 // row stride (m, or more when w is a part of a split weight), 6 out's first
 // column.
 
@@ -28,7 +33,12 @@
 #endif
 
 const TT: u32 = {{TT}}u;
-const ROWS: u32 = 8u;
+#ifdef OCTET
+const LANES: u32 = 8u;
+#else
+const LANES: u32 = 4u;
+#endif
+const ROWS: u32 = 64u / LANES;
 
 // The 4-bit fields of w spread to the low nibbles of its bytes: values
 // 4j..4j+3 of a Q4 block are the low nibbles of qs word j, values
@@ -89,24 +99,33 @@ fn lanes(bo: u32, j: u32) -> vec2<u32> {
 #endif
 
 #ifndef SUBGROUPS
-var<workgroup> octet: array<f32, 64>;
+var<workgroup> group: array<f32, 64>;
 #endif
 
-// The octet's lanes a0..a7 summed as ggml does, ((a0 + a4) + (a2 + a6)) +
-// ((a1 + a5) + (a3 + a7)), valid in its invocation 0. Every invocation
-// must call it.
-fn octet_sum(a: f32, lid: u32) -> f32 {
+// A row's invocations' partial sums added in ggml's order, valid in its
+// first invocation: ((a0 + a2) + (a1 + a3)) over a quad, whose invocation
+// j already holds lanes j + (j + 4); over an octet the pairs j + (j + 4)
+// first. Every invocation must call it.
+fn row_sum(a: f32, lid: u32) -> f32 {
 #ifdef SUBGROUPS
-    let b = a + subgroupShuffleXor(a, 4u);
-    let c = b + subgroupShuffleXor(b, 2u);
-    return c + subgroupShuffleXor(c, 1u);
+#ifdef OCTET
+    let p = a + subgroupShuffleXor(a, 4u);
+#else
+    let p = a;
+#endif
+    let b = p + subgroupShuffleXor(p, 2u);
+    return b + subgroupShuffleXor(b, 1u);
 #else
     workgroupBarrier();
-    octet[lid] = a;
+    group[lid] = a;
     workgroupBarrier();
-    let q = lid & ~7u;
-    return ((octet[q] + octet[q + 4u]) + (octet[q + 2u] + octet[q + 6u]))
-        + ((octet[q + 1u] + octet[q + 5u]) + (octet[q + 3u] + octet[q + 7u]));
+    let q = lid & ~(LANES - 1u);
+#ifdef OCTET
+    return ((group[q] + group[q + 4u]) + (group[q + 2u] + group[q + 6u]))
+        + ((group[q + 1u] + group[q + 5u]) + (group[q + 3u] + group[q + 7u]));
+#else
+    return (group[q] + group[q + 2u]) + (group[q + 1u] + group[q + 3u]);
+#endif
 #endif
 }
 
@@ -123,23 +142,25 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     if (t0 >= n) {
         return;
     }
-    let row = (g % groups) * ROWS + lid / 8u;
-    // Lane l = j + 4 · hi: word j of the block, its high half when hi.
-    let l = lid % 8u;
+    let row = (g % groups) * ROWS + lid / LANES;
+    // Quads: word j of each block (lanes j and j + 4). Octets: lane
+    // l = j + 4 · hi, word j's high half when hi.
+    let l = lid % LANES;
     let j = l % 4u;
-    let hi = l / 4u;
     let rb = min(row, m - 1u) * pu(3);
     let nb = k / 32u;
     let nt = min(TT, n - t0);
-    var acc: array<f32, TT>;
+    var acc_lo: array<f32, TT>;
+    var acc_hi: array<f32, TT>;
     var mins: array<f32, TT>;
     for (var t = 0u; t < TT; t++) {
-        acc[t] = 0.0;
+        acc_lo[t] = 0.0;
+        acc_hi[t] = 0.0;
         mins[t] = 0.0;
     }
     for (var b = 0u; b < nb; b++) {
         let bo = rb + b * BLOCK;
-        let w = lanes(bo, j)[hi];
+        let w = lanes(bo, j);
         let dw = rdf16(bo);
 #ifdef HAS_MIN
         let mw = rdf16(bo + 2u);
@@ -147,14 +168,20 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var t = 0u; t < nt; t++) {
             let xt = (t0 + t) * nb + b;
             let d = dw * xd[xt];
-            acc[t] = fmaf(d, f32(dot4I8Packed(w, xq[8u * xt + l])), acc[t]);
+#ifdef OCTET
+            acc_lo[t] = fmaf(d, f32(dot4I8Packed(w[l / 4u], xq[8u * xt + l])), acc_lo[t]);
+#else
+            acc_lo[t] = fmaf(d, f32(dot4I8Packed(w.x, xq[8u * xt + j])), acc_lo[t]);
+            acc_hi[t] = fmaf(d, f32(dot4I8Packed(w.y, xq[8u * xt + j + 4u])), acc_hi[t]);
+#endif
 #ifdef HAS_MIN
             mins[t] = fmaf(mw, xs[xt], mins[t]);
 #endif
         }
     }
     for (var t = 0u; t < nt; t++) {
-        let s = octet_sum(acc[t], lid);
+        // acc_hi stays 0 in an octet.
+        let s = row_sum(acc_lo[t] + acc_hi[t], lid);
         if (l == 0u && row < m) {
             out[(t0 + t) * pu(5) + pu(6) + row] = s + mins[t];
         }
