@@ -11,8 +11,7 @@ use crate::backend::{
 use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pipelines::{
-    Elementwise, Kernel, MATMUL_Q8_ROWS, MATMUL_Q8_TOKENS, MATVEC_Q8_ROWS, MATVEC_Q8_TOKENS,
-    WEIGHT_TYPES, has_min,
+    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
 use super::{GpuBackend, MatIn, P, Pending, params};
 
@@ -458,14 +457,14 @@ impl GpuBackend {
         self.wrote(out);
         match input {
             MatIn::Q8([xq, xd, xs]) => {
-                // ggml's integer lanes: 8 (decode) or 16 rows per
-                // workgroup, TT tokens per invocation.
-                let (kernel, tokens, rows) = if n <= MATVEC_MAX_TOKENS {
-                    (Kernel::MatVecQ8(w.dtype), MATVEC_Q8_TOKENS, MATVEC_Q8_ROWS)
+                // ggml's integer lanes: 16 rows per workgroup, TT tokens
+                // per invocation.
+                let (kernel, tokens) = if n <= MATVEC_MAX_TOKENS {
+                    (Kernel::MatVecQ8(w.dtype), MATVEC_Q8_TOKENS)
                 } else {
-                    (Kernel::MatMulQ8(w.dtype), MATMUL_Q8_TOKENS, MATMUL_Q8_ROWS)
+                    (Kernel::MatMulQ8(w.dtype), MATMUL_Q8_TOKENS)
                 };
-                let groups = m.div_ceil(rows);
+                let groups = m.div_ceil(16);
                 let mut bound = vec![w, xq, xd, out];
                 if has_min(w.dtype) {
                     bound.push(xs);

@@ -391,9 +391,6 @@ impl Kernel {
                 } else {
                     MATMUL_Q8_TOKENS
                 };
-                if matches!(self, Kernel::MatVecQ8(_)) {
-                    def("OCTET");
-                }
                 defines.push(("TT", tokens.to_string()));
                 parts.extend([src::QUANT, src::EXACT, src::MATMUL_Q8]);
             }
@@ -540,11 +537,6 @@ impl Kernel {
 /// many, prefill in groups of this many.
 pub const MATVEC_Q8_TOKENS: usize = 4;
 pub const MATMUL_Q8_TOKENS: usize = 8;
-
-/// Rows per workgroup of the Q8 kernels: octets of invocations per row for
-/// decode, quads for prefill (`matmul_q8.wgsl`).
-pub const MATVEC_Q8_ROWS: usize = 8;
-pub const MATMUL_Q8_ROWS: usize = 16;
 
 /// Q4_1 and Q5_1: a block minimum, multiplied by the activations' sums.
 pub fn has_min(t: GgmlType) -> bool {

@@ -14,13 +14,7 @@
 // rows; workgroups tile rows × groups of TT tokens. The quad meets in two
 // xor-shuffles (or workgroup memory).
 //
-// With OCTET (decode), an octet of 8 invocations owns a row instead, one
-// lane each: twice the invocations, so twice the loads in flight, for the
-// few tokens of a decode step (prefill keeps the quads, which read the
-// activations half as often). A workgroup is then 8 rows, and the octet
-// meets in three xor-shuffles, in the same order.
-//
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / ROWS)), 5 out's
+// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 16)), 5 out's
 // row stride (m, or more when w is a part of a split weight), 6 out's first
 // column.
 
@@ -33,12 +27,7 @@
 #endif
 
 const TT: u32 = {{TT}}u;
-#ifdef OCTET
-const LANES: u32 = 8u;
-#else
-const LANES: u32 = 4u;
-#endif
-const ROWS: u32 = 64u / LANES;
+const ROWS: u32 = 16u;
 
 // The 4-bit fields of w spread to the low nibbles of its bytes: values
 // 4j..4j+3 of a Q4 block are the low nibbles of qs word j, values
@@ -99,33 +88,21 @@ fn lanes(bo: u32, j: u32) -> vec2<u32> {
 #endif
 
 #ifndef SUBGROUPS
-var<workgroup> group: array<f32, 64>;
+var<workgroup> quad: array<f32, 64>;
 #endif
 
-// A row's invocations' partial sums added in ggml's order, valid in its
-// first invocation: ((a0 + a2) + (a1 + a3)) over a quad, whose invocation
-// j already holds lanes j + (j + 4); over an octet the pairs j + (j + 4)
-// first. Every invocation must call it.
-fn row_sum(a: f32, lid: u32) -> f32 {
+// ((a0 + a2) + (a1 + a3)) over the quad, valid in its invocation 0. Every
+// invocation must call it.
+fn quad_sum(a: f32, lid: u32) -> f32 {
 #ifdef SUBGROUPS
-#ifdef OCTET
-    let p = a + subgroupShuffleXor(a, 4u);
-#else
-    let p = a;
-#endif
-    let b = p + subgroupShuffleXor(p, 2u);
+    let b = a + subgroupShuffleXor(a, 2u);
     return b + subgroupShuffleXor(b, 1u);
 #else
     workgroupBarrier();
-    group[lid] = a;
+    quad[lid] = a;
     workgroupBarrier();
-    let q = lid & ~(LANES - 1u);
-#ifdef OCTET
-    return ((group[q] + group[q + 4u]) + (group[q + 2u] + group[q + 6u]))
-        + ((group[q + 1u] + group[q + 5u]) + (group[q + 3u] + group[q + 7u]));
-#else
-    return (group[q] + group[q + 2u]) + (group[q + 1u] + group[q + 3u]);
-#endif
+    let q = lid & ~3u;
+    return (quad[q] + quad[q + 2u]) + (quad[q + 1u] + quad[q + 3u]);
 #endif
 }
 
@@ -142,11 +119,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     if (t0 >= n) {
         return;
     }
-    let row = (g % groups) * ROWS + lid / LANES;
-    // Quads: word j of each block (lanes j and j + 4). Octets: lane
-    // l = j + 4 · hi, word j's high half when hi.
-    let l = lid % LANES;
-    let j = l % 4u;
+    let row = (g % groups) * ROWS + lid / 4u;
+    let j = lid % 4u;
     let rb = min(row, m - 1u) * pu(3);
     let nb = k / 32u;
     let nt = min(TT, n - t0);
@@ -168,21 +142,16 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var t = 0u; t < nt; t++) {
             let xt = (t0 + t) * nb + b;
             let d = dw * xd[xt];
-#ifdef OCTET
-            acc_lo[t] = fmaf(d, f32(dot4I8Packed(w[l / 4u], xq[8u * xt + l])), acc_lo[t]);
-#else
             acc_lo[t] = fmaf(d, f32(dot4I8Packed(w.x, xq[8u * xt + j])), acc_lo[t]);
             acc_hi[t] = fmaf(d, f32(dot4I8Packed(w.y, xq[8u * xt + j + 4u])), acc_hi[t]);
-#endif
 #ifdef HAS_MIN
             mins[t] = fmaf(mw, xs[xt], mins[t]);
 #endif
         }
     }
     for (var t = 0u; t < nt; t++) {
-        // acc_hi stays 0 in an octet.
-        let s = row_sum(acc_lo[t] + acc_hi[t], lid);
-        if (l == 0u && row < m) {
+        let s = quad_sum(acc_lo[t] + acc_hi[t], lid);
+        if (j == 0u && row < m) {
             out[(t0 + t) * pu(5) + pu(6) + row] = s + mins[t];
         }
     }
