@@ -174,6 +174,30 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// Fails the test with every failed case, naming the seed.
+    fn assert_passed(&self, seed: u64) {
+        assert!(
+            self.failures.is_empty(),
+            "seed {seed}: {} of {} cases failed:\n{}",
+            self.failures.len(),
+            self.cases,
+            self.failures.join("\n")
+        );
+    }
+}
+
+/// A fresh seed and a bench of the f32-activation mode with the adapter's
+/// features.
+fn f32_mode_bench() -> (u64, Bench) {
+    let seed = seed();
+    let opts = GpuOptions {
+        quantize_activations: false,
+        ..GpuOptions::default()
+    };
+    (seed, Bench::new(seed, opts))
+}
+
 fn read_bytes(b: &mut dyn Backend, t: Tensor) -> Vec<u8> {
     let mut bytes = vec![0u8; t.n_bytes()];
     b.read(t, &mut bytes).unwrap();
@@ -591,14 +615,7 @@ fn ops_match_cpu_without_subgroups_or_f16() {
 /// part of a wider output (the split-weight path).
 #[test]
 fn decode_matvec_f32_acts_with_adapter_features() {
-    let seed = seed();
-    let mut b = Bench::new(
-        seed,
-        GpuOptions {
-            quantize_activations: false,
-            ..GpuOptions::default()
-        },
-    );
+    let (seed, mut b) = f32_mode_bench();
     for t in WEIGHT_TYPES {
         // 65 blocks of 32, or 9 of 256: one more than a sweep's worth.
         let k = if t.block_size() == 256 { 2304 } else { 2080 };
@@ -622,13 +639,7 @@ fn decode_matvec_f32_acts_with_adapter_features() {
     if b.perf {
         decode_shapes(&mut b);
     }
-    assert!(
-        b.failures.is_empty(),
-        "seed {seed}: {} of {} cases failed:\n{}",
-        b.failures.len(),
-        b.cases,
-        b.failures.join("\n")
-    );
+    b.assert_passed(seed);
     println!("{} decode cases passed", b.cases);
 }
 
@@ -638,14 +649,7 @@ fn decode_matvec_f32_acts_with_adapter_features() {
 /// rows and tokens, k over several steps of 32.
 #[test]
 fn prefill_matmul_f32_acts_with_adapter_features() {
-    let seed = seed();
-    let mut b = Bench::new(
-        seed,
-        GpuOptions {
-            quantize_activations: false,
-            ..GpuOptions::default()
-        },
-    );
+    let (seed, mut b) = f32_mode_bench();
     let coop = b.gpu.features().coop;
     println!(
         "seed {seed}, adapter {}, cooperative matrices {coop}",
@@ -670,13 +674,7 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
             );
         }
     }
-    assert!(
-        b.failures.is_empty(),
-        "seed {seed}: {} of {} cases failed:\n{}",
-        b.failures.len(),
-        b.cases,
-        b.failures.join("\n")
-    );
+    b.assert_passed(seed);
     println!("{} prefill cases passed", b.cases);
 }
 
@@ -685,14 +683,7 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
 /// the norm against the CPU.
 #[test]
 fn f32_mode_residual_add_fused_with_norm() {
-    let seed = seed();
-    let mut b = Bench::new(
-        seed,
-        GpuOptions {
-            quantize_activations: false,
-            ..GpuOptions::default()
-        },
-    );
+    let (seed, mut b) = f32_mode_bench();
     for (rows, cols) in [(1usize, 576usize), (5, 2048), (3, 67)] {
         let x = b.f32s(rows, cols, 1.0);
         let r = b.f32s(rows, cols, 1.0);
@@ -710,13 +701,7 @@ fn f32_mode_residual_add_fused_with_norm() {
             be.copy(p(x), p(sum))
         });
     }
-    assert!(
-        b.failures.is_empty(),
-        "seed {seed}: {} of {} cases failed:\n{}",
-        b.failures.len(),
-        b.cases,
-        b.failures.join("\n")
-    );
+    b.assert_passed(seed);
 }
 
 /// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: repacked Q4_0
@@ -724,14 +709,7 @@ fn f32_mode_residual_add_fused_with_norm() {
 /// the CPU.
 #[test]
 fn f32_mode_matmuls_of_one_input() {
-    let seed = seed();
-    let mut b = Bench::new(
-        seed,
-        GpuOptions {
-            quantize_activations: false,
-            ..GpuOptions::default()
-        },
-    );
+    let (seed, mut b) = f32_mode_bench();
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         let k = 2080;
         for (ms, n) in [
@@ -761,13 +739,7 @@ fn f32_mode_matmuls_of_one_input() {
             }
         }
     }
-    assert!(
-        b.failures.is_empty(),
-        "seed {seed}: {} of {} cases failed:\n{}",
-        b.failures.len(),
-        b.cases,
-        b.failures.join("\n")
-    );
+    b.assert_passed(seed);
 }
 
 /// The f32-activation mode pairs the rope of K with that of Q, and the
@@ -775,14 +747,7 @@ fn f32_mode_matmuls_of_one_input() {
 /// each pair against the CPU.
 #[test]
 fn f32_mode_paired_ropes_and_cache_writes() {
-    let seed = seed();
-    let mut b = Bench::new(
-        seed,
-        GpuOptions {
-            quantize_activations: false,
-            ..GpuOptions::default()
-        },
-    );
+    let (seed, mut b) = f32_mode_bench();
     let (rows, hd) = (3usize, 64usize);
     let pos: Vec<i32> = (0..rows).map(|_| b.rng.gen_range(0..300)).collect();
     let pos = b.i32s(&pos);
@@ -833,11 +798,5 @@ fn f32_mode_paired_ropes_and_cache_writes() {
             );
         }
     }
-    assert!(
-        b.failures.is_empty(),
-        "seed {seed}: {} of {} cases failed:\n{}",
-        b.failures.len(),
-        b.cases,
-        b.failures.join("\n")
-    );
+    b.assert_passed(seed);
 }

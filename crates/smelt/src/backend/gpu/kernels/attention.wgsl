@@ -240,10 +240,7 @@ fn vval(e: u32) -> f32 {
 }
 
 #ifdef FAST
-// Decode in plain f32: per chunk of WG keys, every invocation scores one
-// key, the chunk's max and sum come from workgroup reductions, and each
-// invocation adds the chunk's weighted values into its own output dims.
-// One exp per key, not one per key and invocation.
+// Plain f32 decode (FAST): keys and values loaded several at a time.
 fn k2_at(e: u32) -> vec2<f32> {
 #ifdef KV_F16
     return kv2(kc[e / 2u]);
@@ -287,11 +284,12 @@ fn v4_at(vb: u32, stride: u32, jj: u32) -> vec4<f32> {
     return vec4<f32>(ps[jj], ps[jj + 1u], ps[jj + 2u], ps[jj + 3u]) * v;
 }
 
+#endif
+
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
     let nh = pu(1);
-    // Uniform: a workgroup past the end has nothing to do.
     if (g >= pu(0) * nh) {
         return;
     }
@@ -304,11 +302,14 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let qb = i * nh * hd + h * hd;
     let lid = ln.lid;
     if (lid == 0u) {
+        // Positions and slots come from storage, so they are not uniform to
+        // the compiler; broadcast them to make the chunk loop uniform.
+        // Out-of-range values are clamped so reads stay in the cache.
         w_pos = min(u32(max(pos[i], 0)), ctx - 1u);
         w_row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
     }
     for (var d = lid; d < hd; d += RED_WG) {
-        qs[d] = q[qb + d];
+        qs[d] = rh(q[qb + d]);
     }
     let p = workgroupUniformLoad(&w_pos);
     let row0 = workgroupUniformLoad(&w_row0);
@@ -317,6 +318,11 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (win > 0u && p + 1u > win) {
         start = p + 1u - win;
     }
+#ifdef FAST
+    // Plain f32: per chunk of WG keys, every invocation scores one key, the
+    // chunk's max and sum come from workgroup reductions, and each
+    // invocation adds the chunk's weighted values into its own output
+    // dims: one exp per key, not one per key and invocation.
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -360,47 +366,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
         workgroupBarrier();
     }
-    let inv = 1.0 / l;
-    for (var c = 0u; c < 4u; c++) {
-        let d = lid + c * RED_WG;
-        if (d < hd) {
-            out[qb + d] = acc[c] * inv;
-        }
-    }
-}
 #else
-@compute @workgroup_size({{WG}})
-fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let g = wg_index(wid, nwg);
-    let nh = pu(1);
-    if (g >= pu(0) * nh) {
-        return;
-    }
-    let i = g / nh;
-    let h = g % nh;
-    let hd = pu(3);
-    let ctx = pu(4);
-    let kvh = h / (nh / pu(2));
-    let kv_stride = pu(2) * hd;
-    let qb = i * nh * hd + h * hd;
-    let lid = ln.lid;
-    if (lid == 0u) {
-        // Positions and slots come from storage, so they are not uniform to
-        // the compiler; broadcast them to make the chunk loop uniform.
-        // Out-of-range values are clamped so reads stay in the cache.
-        w_pos = min(u32(max(pos[i], 0)), ctx - 1u);
-        w_row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
-    }
-    for (var d = lid; d < hd; d += RED_WG) {
-        qs[d] = rh(q[qb + d]);
-    }
-    let p = workgroupUniformLoad(&w_pos);
-    let row0 = workgroupUniformLoad(&w_row0);
-    var start = 0u;
-    let win = pu(5);
-    if (win > 0u && p + 1u > win) {
-        start = p + 1u - win;
-    }
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -436,6 +402,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
         workgroupBarrier();
     }
+#endif
     var inv = 0.0;
     if (l != 0.0) {
         inv = div_rn(1.0, l);
@@ -447,5 +414,4 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
 }
-#endif
 #endif

@@ -132,6 +132,12 @@ fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
     );
 }
 
+// The first blocks of rows r0..r0 + 4 (nb blocks per row); rows past m
+// (the last row block) repeat row m - 1 and are not stored.
+fn firsts(r0: u32, m: u32, nb: u32) -> vec4<u32> {
+    return min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(m - 1u)) * nb;
+}
+
 // The 4 rows' sums over this invocation's blocks, two blocks a step so
 // that both blocks' loads are in flight together.
 fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, lid: u32) -> vec4<f32> {
@@ -171,13 +177,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let r0 = gb * NR;
     let nb = pu(3);
-    let rb = vec4<u32>(
-        min(r0, m - 1u),
-        min(r0 + 1u, m - 1u),
-        min(r0 + 2u, m - 1u),
-        min(r0 + 3u, m - 1u),
-    ) * nb;
-    let total = wg_sum4(sweep(which, rb, nb, t * nb * 8u, ln.lid), ln);
+    let total = wg_sum4(sweep(which, firsts(r0, m, nb), nb, t * nb * 8u, ln.lid), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             let o = t * m + r0 + r;
@@ -207,14 +207,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
     let nb = pu(3);
-    // Rows past m (the last row block) repeat row m - 1 and are not stored.
-    let rb = vec4<u32>(
-        min(r0, m - 1u),
-        min(r0 + 1u, m - 1u),
-        min(r0 + 2u, m - 1u),
-        min(r0 + 3u, m - 1u),
-    ) * nb;
-    let total = wg_sum4(sweep(0u, rb, nb, t * nb * 8u, ln.lid), ln);
+    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb * 8u, ln.lid), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
