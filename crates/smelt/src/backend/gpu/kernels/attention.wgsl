@@ -318,11 +318,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (win > 0u && p + 1u > win) {
         start = p + 1u - win;
     }
-#ifdef FAST
-    // Plain f32: per chunk of WG keys, every invocation scores one key, the
-    // chunk's max and sum come from workgroup reductions, and each
-    // invocation adds the chunk's weighted values into its own output
-    // dims: one exp per key, not one per key and invocation.
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
@@ -330,8 +325,17 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let j = j0 + lid;
         var sc = NEG_BIG;
         if (j <= p) {
+#ifdef FAST
             sc = capped(kdot_fast((row0 + j) * kv_stride + kvh * hd, hd));
+#else
+            sc = capped(kdot((row0 + j) * kv_stride + kvh * hd, hd));
+#endif
         }
+#ifdef FAST
+        // Plain f32: the chunk's max and sum come from workgroup
+        // reductions, and each invocation adds the chunk's weighted values
+        // into its own output dims: one exp per key, not one per key and
+        // invocation.
         let m_new = max(m, wg_max(sc, ln));
         var pj = 0.0;
         if (j <= p) {
@@ -364,18 +368,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
                 acc[c] = (a.x + a.y) + (a.z + a.w);
             }
         }
-        workgroupBarrier();
-    }
 #else
-    var m = NEG_BIG;
-    var l = 0.0;
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var j0 = start; j0 <= p; j0 += RED_WG) {
-        let j = j0 + lid;
-        var sc = NEG_BIG;
-        if (j <= p) {
-            sc = capped(kdot((row0 + j) * kv_stride + kvh * hd, hd));
-        }
         ps[lid] = sc;
         workgroupBarrier();
         // Every invocation walks the chunk's scores in order (the same
@@ -400,9 +393,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             }
             l = fmaf(l, ms, vs);
         }
+#endif
         workgroupBarrier();
     }
-#endif
     var inv = 0.0;
     if (l != 0.0) {
         inv = div_rn(1.0, l);
