@@ -704,6 +704,104 @@ fn f32_mode_residual_add_fused_with_norm() {
     b.assert_passed(seed);
 }
 
+/// Decode in the f32-activation mode: a repacked mat-vec takes in the
+/// rms_norm or GLU before it and the residual add after it, so norm + Q,
+/// K, V is one dispatch and GLU + down + add another. Every output, the
+/// taken-in ops' own included, against the CPU; and the dispatch count
+/// (Q4_1 is not repacked: its ops run apart).
+#[test]
+fn f32_mode_decode_mat_vecs_take_in_their_neighbours() {
+    let (seed, mut b) = f32_mode_bench();
+    let dispatches =
+        |b: &mut Bench, op: &dyn Fn(&mut dyn Backend) -> smelt::backend::Result<()>| {
+            let before = b.gpu.stats().dispatches;
+            op(&mut b.gpu).unwrap();
+            b.gpu.synchronize().unwrap();
+            b.gpu.stats().dispatches - before
+        };
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
+        let fused = t != GgmlType::Q4_1;
+        for (k, n) in [(576usize, 1usize), (2080, 3)] {
+            let (x, nw, h) = (b.f32s(n, k, 1.0), b.f32s(1, k, 1.0), b.output(F32, n, k));
+            let ms = [130usize, 67, 64];
+            let ws = ms.map(|m| b.weight(t, m, k));
+            let outs = ms.map(|m| b.output(F32, n, m));
+            let norm_qkv = |be: &mut dyn Backend, g: bool| {
+                let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                be.rms_norm(p(x), Some(p(nw)), 1e-5, p(h))?;
+                be.matmuls(&ws.map(p), p(h), &outs.map(p))
+            };
+            for (name, out, tol) in [
+                ("norm", h, 1e-10),
+                ("q", outs[0], 1e-7),
+                ("k", outs[1], 1e-7),
+                ("v", outs[2], 1e-7),
+            ] {
+                b.check(
+                    &format!("rms_norm+matmuls {t} k={k} n={n}: {name}"),
+                    tol,
+                    out,
+                    norm_qkv,
+                );
+            }
+            let d = dispatches(&mut b, &|be| norm_qkv(be, true));
+            assert!((d == 1) == fused, "rms_norm+matmuls {t}: {d} dispatches");
+
+            let (gate, up, act) = (b.f32s(n, k, 1.0), b.f32s(n, k, 1.0), b.output(F32, n, k));
+            let wd = b.weight(t, 96, k);
+            let r = b.f32s(n, 96, 1.0);
+            let (proj, sum) = (b.output(F32, n, 96), b.output(F32, n, 96));
+            for gelu in [false, true] {
+                let glu_down_add = |be: &mut dyn Backend, g: bool| {
+                    let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                    if gelu {
+                        be.gelu_mul(p(gate), p(up), p(act))?;
+                    } else {
+                        be.silu_mul(p(gate), p(up), p(act))?;
+                    }
+                    be.matmul(p(wd), p(act), p(proj))?;
+                    be.add(p(r), p(proj), p(sum))
+                };
+                for (name, out, tol) in [
+                    ("act", act, 1e-10),
+                    ("down", proj, 1e-7),
+                    ("sum", sum, 1e-7),
+                ] {
+                    let what = format!("glu(gelu {gelu})+matmul+add {t} k={k} n={n}: {name}");
+                    b.check(&what, tol, out, glu_down_add);
+                }
+                let d = dispatches(&mut b, &|be| glu_down_add(be, true));
+                assert!((d == 1) == fused, "glu+matmul+add {t}: {d} dispatches");
+            }
+
+            // The model's residual stream: x += x2 · woᵀ, in place.
+            let (wo, a) = (b.weight(t, k, k.min(576)), b.f32s(n, k.min(576), 1.0));
+            let (o, x_copy) = (b.output(F32, n, k), b.output(F32, n, k));
+            b.check(
+                &format!("matmul+add in place {t} k={k} n={n}"),
+                1e-7,
+                o,
+                |be, g| {
+                    let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                    be.matmul(p(wo), p(a), p(o))?;
+                    be.add(p(x), p(o), p(x))
+                },
+            );
+            // The sum itself (x += o ran once per backend above).
+            b.check(
+                &format!("x after add in place {t} k={k} n={n}"),
+                1e-7,
+                x_copy,
+                |be, g| {
+                    let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                    be.copy(p(x), p(x_copy))
+                },
+            );
+        }
+    }
+    b.assert_passed(seed);
+}
+
 /// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: repacked Q4_0
 /// and Q8_0 decode runs the weights in one dispatch; every output against
 /// the CPU.

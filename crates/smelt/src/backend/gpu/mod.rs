@@ -21,7 +21,8 @@ mod tables;
 
 pub use context::{AdapterReport, GpuOptions, adapters, best_hardware};
 pub use pipelines::{
-    ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
+    ActQuant, Elementwise, Kernel, MatVecIn, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES,
+    preprocess,
 };
 
 use crate::backend::{Caps, Result, RopeParams, Stats, Tensor, WeightData};
@@ -47,13 +48,15 @@ pub struct GpuBackend {
     /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
     /// anything may have written that tensor.
     acts_of: Option<(u32, usize, usize, ActQuant)>,
-    /// An rms_norm or GLU not yet dispatched: the next matmul on its
-    /// output fuses it with its Q8 rounding (`RmsNormQ8`, `GluQ8`);
-    /// anything else dispatches it as it is first.
+    /// An op not yet dispatched, for the next to join (`Pending`); anything
+    /// else dispatches it as it is first.
     pending: Option<Pending>,
 }
 
-/// An op whose output a matmul will likely round to Q8, recorded later.
+/// An op held back, recorded later with the op that follows if they fuse:
+/// a norm or GLU with the next matmul's Q8 rounding (`RmsNormQ8`, `GluQ8`)
+/// or, in f32 mode, inside the next repacked decode mat-vec
+/// (`MatVecFused`, `MatVecMulti`).
 #[derive(Clone, Copy)]
 enum Pending {
     /// `rms_norm(x, w, eps, out)`.
@@ -88,6 +91,64 @@ enum Pending {
         ids: Tensor,
         dst: Tensor,
     },
+    /// A repacked decode mat-vec (f32 mode), `out = x · wᵀ`, with the op
+    /// before it taken in: a residual add of `out` next joins it.
+    MatVec {
+        w: Tensor,
+        x: Tensor,
+        out: Tensor,
+        /// `row_param` of `w`.
+        row_param: usize,
+        input: Taken,
+    },
+}
+
+/// The op a decode mat-vec takes in before its dot products: the mat-vec
+/// reads the op's inputs, and still writes the op's output.
+#[derive(Clone, Copy, PartialEq)]
+enum Taken {
+    None,
+    /// `rms_norm(x, w, eps, out)`.
+    Norm {
+        x: Tensor,
+        w: Tensor,
+        eps: f32,
+        out: Tensor,
+    },
+    /// `out = act(gate) · up`.
+    Glu {
+        op: Elementwise,
+        gate: Tensor,
+        up: Tensor,
+        out: Tensor,
+    },
+}
+
+impl Taken {
+    fn kind(self) -> MatVecIn {
+        match self {
+            Taken::None => MatVecIn::Plain,
+            Taken::Norm { .. } => MatVecIn::Norm,
+            Taken::Glu { op, .. } => MatVecIn::Glu(op),
+        }
+    }
+
+    /// What a mat-vec of `x` binds for it: the row it reads in place of
+    /// `x`, then the op's other input and its output.
+    fn binds(self, x: Tensor) -> (Tensor, Option<[Tensor; 2]>) {
+        match self {
+            Taken::None => (x, None),
+            Taken::Norm { x, w, out, .. } => (x, Some([w, out])),
+            Taken::Glu { gate, up, out, .. } => (gate, Some([up, out])),
+        }
+    }
+
+    fn eps(self) -> f32 {
+        match self {
+            Taken::Norm { eps, .. } => eps,
+            _ => 0.0,
+        }
+    }
 }
 
 /// Tensors a held-back dispatch may bind besides its own: the dummy for an
@@ -139,6 +200,41 @@ fn rope_call(
     }
 }
 
+/// A repacked decode mat-vec `out = x · wᵀ` over whole rows of `out`,
+/// taking in `input` and, with `resid = (res, sum)`, the residual add
+/// `sum = res + out`.
+fn matvec_call(
+    (w, x, out, row_param): (Tensor, Tensor, Tensor, usize),
+    input: Taken,
+    resid: Option<(Tensor, Tensor)>,
+) -> Call {
+    let (m, n, blocks) = (w.rows, x.rows, w.rows.div_ceil(4));
+    let params = params(&[
+        P::U(m as u32),
+        P::U(w.cols as u32),
+        P::U(n as u32),
+        P::U(row_param as u32),
+        P::U(blocks as u32),
+        P::U(m as u32),
+        P::U(0),
+        P::F(input.eps()),
+    ]);
+    let (read, extra) = input.binds(x);
+    let mut bound = vec![w, read, out];
+    bound.extend(extra.into_iter().flatten());
+    bound.extend(resid.into_iter().flat_map(|(res, sum)| [res, sum]));
+    let kernel = if input == Taken::None && resid.is_none() {
+        Kernel::MatVec(w.dtype)
+    } else {
+        Kernel::MatVecFused {
+            t: w.dtype,
+            input: input.kind(),
+            residual: resid.is_some(),
+        }
+    };
+    (kernel, params, bound, (blocks * n) as u64)
+}
+
 /// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
 /// invocation per value, or per pair of values of an F16 cache.
 fn set_rows_call(
@@ -176,7 +272,8 @@ impl Pending {
             Pending::Norm { out, .. }
             | Pending::Glu { out, .. }
             | Pending::Add { out, .. }
-            | Pending::Rope { out, .. } => out,
+            | Pending::Rope { out, .. }
+            | Pending::MatVec { out, .. } => out,
             Pending::SetRows { dst, .. } => dst,
         }
     }
@@ -188,6 +285,13 @@ impl Pending {
         match *self {
             Pending::Rope { x, pos, ref p, out } => rope_call((x, pos, p, out), None, aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
+            Pending::MatVec {
+                w,
+                x,
+                out,
+                row_param,
+                input,
+            } => matvec_call((w, x, out, row_param), input, None),
             Pending::Norm { x, w, eps, out } => {
                 let p = params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]);
                 match q8 {
@@ -392,7 +496,7 @@ impl GpuBackend {
         if !matches!(
             kernel,
             Kernel::MatVec(_)
-                | Kernel::MatVecMulti(_)
+                | Kernel::MatVecMulti(..)
                 | Kernel::MatMul(_)
                 | Kernel::MatMulCoop(_)
                 | Kernel::MatVecQ8(_)
@@ -522,18 +626,19 @@ impl GpuBackend {
         self.run(kernel, params, &bound, groups)
     }
 
-    /// Holds `p` back for fusing when activations are Q8-rounded and its
-    /// output is whole blocks of 32 (and not in place); dispatches it
-    /// otherwise.
+    /// Holds a norm or GLU `p` back for fusing, unless in place: with
+    /// Q8-rounded activations when its output is whole blocks of 32, in f32
+    /// mode for a repacked mat-vec to take in; dispatches it otherwise.
     fn defer(&mut self, p: Pending) -> Result<()> {
         self.flush_pending()?;
         let out = p.out();
         let in_place = match p {
             Pending::Norm { x, .. } => x.id == out.id,
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
-            Pending::Add { .. } | Pending::Rope { .. } | Pending::SetRows { .. } => true,
+            _ => true,
         };
-        if self.ctx.quantize_activations && out.cols.is_multiple_of(32) && !in_place {
+        let q8 = self.ctx.quantize_activations && out.cols.is_multiple_of(32);
+        if (q8 || self.ctx.features.fast_math) && !in_place {
             self.acts_of = None;
             self.pending = Some(p);
             return Ok(());
@@ -633,6 +738,82 @@ impl GpuBackend {
             &[a, out, w, b, sum],
             x.rows as u64,
         )?;
+        Ok(true)
+    }
+
+    /// The held-back norm (or, with `glu`, GLU) whose output `x` a decode
+    /// mat-vec writing `outs` is about to read, taken out for the mat-vec
+    /// to run, unless `outs` touch it; anything else held is dispatched.
+    fn take_input(&mut self, x: Tensor, outs: &[Tensor], glu: bool) -> Result<Taken> {
+        let taken = match self.pending {
+            Some(Pending::Norm { x: nx, w, eps, out }) if out == x => {
+                Taken::Norm { x: nx, w, eps, out }
+            }
+            Some(Pending::Glu { op, gate, up, out }) if glu && out == x => {
+                Taken::Glu { op, gate, up, out }
+            }
+            _ => Taken::None,
+        };
+        let (read, extra) = taken.binds(x);
+        let touched = [read]
+            .into_iter()
+            .chain(extra.into_iter().flatten())
+            .any(|t| outs.iter().any(|o| o.id == t.id));
+        if taken == Taken::None || touched {
+            self.flush_pending()?;
+            return Ok(Taken::None);
+        }
+        self.pending = None;
+        Ok(taken)
+    }
+
+    /// Holds a repacked decode mat-vec back (f32 mode, whole rows of
+    /// `out`), with the op before it taken in, for a residual add to join.
+    fn hold_matvec(&mut self, w: Tensor, x: Tensor, out: Tensor, row_param: usize) -> Result<()> {
+        let input = self.take_input(x, &[out], true)?;
+        self.wrote(out);
+        self.pending = Some(Pending::MatVec {
+            w,
+            x,
+            out,
+            row_param,
+            input,
+        });
+        Ok(())
+    }
+
+    /// The residual add `sum = a + b` of a held-back mat-vec's output, in
+    /// one dispatch with it; false if no such mat-vec is held, or if the
+    /// add touches what the mat-vec reads.
+    fn matvec_with_residual(&mut self, a: Tensor, b: Tensor, sum: Tensor) -> Result<bool> {
+        let Some(Pending::MatVec {
+            w,
+            x,
+            out,
+            row_param,
+            input,
+        }) = self.pending
+        else {
+            return Ok(false);
+        };
+        let res = match (a == out, b == out) {
+            (_, true) => a,
+            (true, false) => b,
+            (false, false) => return Ok(false),
+        };
+        let (read, extra) = input.binds(x);
+        let clash = [w, read]
+            .into_iter()
+            .chain(extra.into_iter().flatten())
+            .any(|t| t.id == res.id || t.id == sum.id);
+        if clash || (res.rows, res.cols) != (out.rows, out.cols) {
+            return Ok(false);
+        }
+        self.pending = None;
+        self.wrote(sum);
+        let (kernel, params, bound, groups) =
+            matvec_call((w, x, out, row_param), input, Some((res, sum)));
+        self.run(kernel, params, &bound, groups)?;
         Ok(true)
     }
 

@@ -237,6 +237,14 @@ impl Backend for GpuBackend {
         // A split weight: each part computes its columns of `out`, from
         // one shared rounding of `x`.
         match self.buffers.parts(w).map(<[_]>::to_vec) {
+            // Held for the op before and the residual add after to join.
+            None if self.ctx.features.repacks(w.dtype)
+                && x.rows <= MATVEC_MAX_TOKENS
+                && x.id != out.id =>
+            {
+                let row_param = self.row_param(w.dtype, w.cols);
+                self.hold_matvec(w, x, out, row_param)
+            }
             None => self.matmul_cols(w, x, out, 0),
             Some(parts) => parts
                 .into_iter()
@@ -255,12 +263,15 @@ impl Backend for GpuBackend {
             self.require(Op::MatMul, w.dtype)?;
             contract::matmul(w, x, out)?;
         }
+        // The norm before them runs inside (its row read in place of x).
+        let taken = self.take_input(x, outs, false)?;
         let input = self.matmul_input(ws[0].dtype, x)?;
         let MatIn::F32(x) = input else {
             return Err(BackendError::Other(
                 "matmuls: f32 activations expected".into(),
             ));
         };
+        let (read, extra) = taken.binds(x);
         // Row blocks of 4 per weight; a missing third weight binds the
         // second again and has none.
         let (w, o) = (ws[0], outs[0]);
@@ -274,8 +285,10 @@ impl Backend for GpuBackend {
         for &out in outs {
             self.wrote(out);
         }
+        let mut bound = vec![w, read, o, w1, o1, w2, o2];
+        bound.extend(extra.into_iter().flatten());
         self.run(
-            Kernel::MatVecMulti(w.dtype),
+            Kernel::MatVecMulti(w.dtype, taken.kind()),
             params(&[
                 u(w.rows),
                 u(w.cols),
@@ -286,8 +299,9 @@ impl Backend for GpuBackend {
                 u(rb(w1)),
                 u(w2.rows),
                 u(rb2),
+                P::F(taken.eps()),
             ]),
-            &[w, x, o, w1, o1, w2, o2],
+            &bound,
             ((rb(w) + rb(w1) + rb2) * x.rows) as u64,
         )
     }
@@ -359,8 +373,12 @@ impl Backend for GpuBackend {
 
     fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
         contract::binary(Op::Add, a, b, out)?;
-        // A residual add: an rms_norm of the sum may follow (`AddRmsNorm`).
+        // A residual add: into the mat-vec before it, or an rms_norm of
+        // the sum may follow (`AddRmsNorm`).
         if !self.ctx.quantize_activations && a.rows == b.rows && a.cols == b.cols {
+            if self.matvec_with_residual(a, b, out)? {
+                return Ok(());
+            }
             return self.defer_add(a, b, out);
         }
         self.elementwise(Elementwise::Add, a, Some(b), 0.0, out)

@@ -23,6 +23,18 @@
 // is bound as wq{i} and writes out{i}. Params: 0 m, 1 k, 2 n, 3 blocks per
 // row, 4 row blocks of w, 5 m1, 6 row blocks of w1, 7 m2, 8 row blocks of
 // w2 (0: no third weight).
+//
+// The op before the mat-vec and the residual add after it, taken in
+// (f32 mode; `Pending::MatVec`), each saving a dispatch per use:
+// - IN_NORM: x is the row before an rms_norm with weight `aux`. The
+//   sweep reads x · aux and sums x² on the way; the row's scale
+//   1 / sqrt(mean + eps) multiplies the dot products at the end. The first
+//   row block of each token also stores the normalised row (the norm's
+//   output) in `xo`. Param EPS: eps.
+// - IN_GLU (SILU_MUL or GELU_MUL): x is the gate, `aux` the up half; the
+//   activations are act(gate) · up, stored in `xo` by the first row block.
+// - RESID (single weight, whole rows): sum = res + out as well (sum may be
+//   res, or out).
 
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;    // (m, k) repacked
 #ifdef MULTI
@@ -33,6 +45,14 @@
 #endif
 @group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;     // (n, k / 4)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
+#ifdef IN_AUX
+@group(0) @binding({{B_AUX}}) var<storage, read> aux: array<vec4<f32>>;       // norm weight (k / 4), or up (n, k / 4)
+@group(0) @binding({{B_XO}}) var<storage, read_write> xo: array<vec4<f32>>;   // (n, k / 4)
+#endif
+#ifdef RESID
+@group(0) @binding({{B_RES}}) var<storage, read_write> res: array<f32>;       // (n, m)
+@group(0) @binding({{B_SUM}}) var<storage, read_write> sum: array<f32>;       // (n, m)
+#endif
 
 const NR: u32 = 4u;
 const BIG: u32 = 0x4b000000u; // 2^23 as f32 bits
@@ -116,13 +136,40 @@ fn block_dot_of(k: Blk, b: u32, xs: array<vec4<f32>, 8>) -> f32 {
 }
 #endif
 
+#ifdef IN_GLU
+fn glu(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
+#ifdef GELU_MUL
+    return vec4<f32>(cpu_gelu(g.x), cpu_gelu(g.y), cpu_gelu(g.z), cpu_gelu(g.w)) * u;
+#else
+    return vec4<f32>(cpu_silu(g.x), cpu_silu(g.y), cpu_silu(g.z), cpu_silu(g.w)) * u;
+#endif
+}
+#endif
+
+// IN_NORM: this invocation's sum of the squares of the values it read.
+var<private> squares: f32;
+
+// Activations c..c + 4 of the token at vec4 xb, as the dot products take
+// them: x, x · norm weight (IN_NORM), or act(gate) · up (IN_GLU).
+fn act4(xb: u32, c: u32) -> vec4<f32> {
+    let v = x[xb + c];
+#ifdef IN_NORM
+    squares += dot(v, v);
+    return v * aux[c];
+#endif
+#ifdef IN_GLU
+    return glu(v, aux[xb + c]);
+#endif
+    return v;
+}
+
 // Block b's contribution to 4 rows (first blocks rb) of weight `which`,
 // from the token's activations at vec4 xb.
 fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
-    let xo = xb + b * 8u;
+    let c = b * 8u;
     let xs = array<vec4<f32>, 8>(
-        x[xo], x[xo + 1u], x[xo + 2u], x[xo + 3u],
-        x[xo + 4u], x[xo + 5u], x[xo + 6u], x[xo + 7u],
+        act4(xb, c), act4(xb, c + 1u), act4(xb, c + 2u), act4(xb, c + 3u),
+        act4(xb, c + 4u), act4(xb, c + 5u), act4(xb, c + 6u), act4(xb, c + 7u),
     );
     return vec4<f32>(
         block_dot_of(blk(which, rb.x + b), rb.x + b, xs),
@@ -152,6 +199,29 @@ fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, lid: u32) -> vec4<f32> {
     return acc;
 }
 
+// After the sweep, for token t (activations at vec4 xb): the factor of its
+// dot products, 1 / sqrt(mean(x²) + eps) with IN_NORM and 1 otherwise; the
+// first row block (`first`) also stores the op's output in `xo`. Every
+// invocation calls it (a workgroup reduction).
+fn taken_in(xb: u32, first: bool, ln: Lane) -> f32 {
+    var scale = 1.0;
+#ifdef IN_NORM
+    scale = 1.0 / sqrt(wg_sum(squares, ln) / f32(pu(1)) + pf({{EPS}}));
+#endif
+#ifdef IN_AUX
+    if (first) {
+        for (var c = ln.lid; c < pu(1) / 4u; c += RED_WG) {
+#ifdef IN_NORM
+            xo[xb + c] = x[xb + c] * scale * aux[c];
+#else
+            xo[xb + c] = glu(x[xb + c], aux[xb + c]);
+#endif
+        }
+    }
+#endif
+    return scale;
+}
+
 #ifdef MULTI
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -177,7 +247,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let r0 = gb * NR;
     let nb = pu(3);
-    let total = wg_sum4(sweep(which, firsts(r0, m, nb), nb, t * nb * 8u, ln.lid), ln);
+    let xb = t * nb * 8u;
+    let sums = wg_sum4(sweep(which, firsts(r0, m, nb), nb, xb, ln.lid), ln);
+    let total = sums * taken_in(xb, g % per_t == 0u, ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             let o = t * m + r0 + r;
@@ -207,11 +279,17 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
     let nb = pu(3);
-    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb * 8u, ln.lid), ln);
+    let xb = t * nb * 8u;
+    let sums = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, xb, ln.lid), ln);
+    let total = sums * taken_in(xb, g % blocks == 0u, ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
-                out[t * pu(5) + pu(6) + r0 + r] = total[r];
+                let o = t * pu(5) + pu(6) + r0 + r;
+                out[o] = total[r];
+#ifdef RESID
+                sum[o] = res[o] + total[r];
+#endif
             }
         }
     }
