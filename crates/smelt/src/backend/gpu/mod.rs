@@ -21,8 +21,7 @@ mod tables;
 
 pub use context::{AdapterReport, GpuOptions, adapters, best_hardware};
 pub use pipelines::{
-    ActQuant, Elementwise, Kernel, MatVecIn, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES,
-    preprocess,
+    ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
 
 use crate::backend::{Caps, Result, RopeParams, Stats, Tensor, WeightData};
@@ -32,6 +31,10 @@ use buffers::Buffers;
 use context::Context;
 use pipelines::PipelineCache;
 use recorder::{Params, Recorder};
+
+/// Up to this many tokens a matmul runs as mat-vec (weights streamed once
+/// per token); above it, the tiled kernel.
+const MATVEC_MAX_TOKENS: usize = 4;
 
 pub struct GpuBackend {
     ctx: Context,
@@ -54,9 +57,9 @@ pub struct GpuBackend {
 }
 
 /// An op held back, recorded later with the op that follows if they fuse:
-/// a norm or GLU with the next matmul's Q8 rounding (`RmsNormQ8`, `GluQ8`)
-/// or, in f32 mode, inside the next repacked decode mat-vec
-/// (`MatVecFused`, `MatVecMulti`).
+/// a norm or GLU with the next matmul's Q8 rounding (`RmsNormQ8`,
+/// `GluQ8`), a residual add inside the norm after it (`AddRmsNorm`) or the
+/// mat-vec before it (`MatVecDot`), paired ropes and cache writes.
 #[derive(Clone, Copy)]
 enum Pending {
     /// `rms_norm(x, w, eps, out)`.
@@ -91,64 +94,16 @@ enum Pending {
         ids: Tensor,
         dst: Tensor,
     },
-    /// A repacked decode mat-vec (f32 mode), `out = x · wᵀ`, with the op
-    /// before it taken in: a residual add of `out` next joins it.
+    /// A repacked decode mat-vec (f32 mode) of Q8-rounded activations
+    /// `x` (quants, scales, sums), `out = x · wᵀ`: a residual add of `out`
+    /// next joins it.
     MatVec {
         w: Tensor,
-        x: Tensor,
+        x: [Tensor; 3],
         out: Tensor,
         /// `row_param` of `w`.
         row_param: usize,
-        input: Taken,
     },
-}
-
-/// The op a decode mat-vec takes in before its dot products: the mat-vec
-/// reads the op's inputs, and still writes the op's output.
-#[derive(Clone, Copy, PartialEq)]
-enum Taken {
-    None,
-    /// `rms_norm(x, w, eps, out)`.
-    Norm {
-        x: Tensor,
-        w: Tensor,
-        eps: f32,
-        out: Tensor,
-    },
-    /// `out = act(gate) · up`.
-    Glu {
-        op: Elementwise,
-        gate: Tensor,
-        up: Tensor,
-        out: Tensor,
-    },
-}
-
-impl Taken {
-    fn kind(self) -> MatVecIn {
-        match self {
-            Taken::None => MatVecIn::Plain,
-            Taken::Norm { .. } => MatVecIn::Norm,
-            Taken::Glu { op, .. } => MatVecIn::Glu(op),
-        }
-    }
-
-    /// What a mat-vec of `x` binds for it: the row it reads in place of
-    /// `x`, then the op's other input and its output.
-    fn binds(self, x: Tensor) -> (Tensor, Option<[Tensor; 2]>) {
-        match self {
-            Taken::None => (x, None),
-            Taken::Norm { x, w, out, .. } => (x, Some([w, out])),
-            Taken::Glu { gate, up, out, .. } => (gate, Some([up, out])),
-        }
-    }
-
-    fn eps(self) -> f32 {
-        match self {
-            Taken::Norm { eps, .. } => eps,
-            _ => 0.0,
-        }
-    }
 }
 
 /// Tensors a held-back dispatch may bind besides its own: the dummy for an
@@ -201,14 +156,12 @@ fn rope_call(
 }
 
 /// A repacked decode mat-vec `out = x · wᵀ` over whole rows of `out`,
-/// taking in `input` and, with `resid = (res, sum)`, the residual add
-/// `sum = res + out`.
+/// with `resid = (res, sum)` the residual add `sum = res + out`.
 fn matvec_call(
-    (w, x, out, row_param): (Tensor, Tensor, Tensor, usize),
-    input: Taken,
+    (w, [xq, xd, _], out, row_param): (Tensor, [Tensor; 3], Tensor, usize),
     resid: Option<(Tensor, Tensor)>,
 ) -> Call {
-    let (m, n, blocks) = (w.rows, x.rows, w.rows.div_ceil(4));
+    let (m, n, blocks) = (w.rows, out.rows, w.rows.div_ceil(4));
     let params = params(&[
         P::U(m as u32),
         P::U(w.cols as u32),
@@ -217,20 +170,12 @@ fn matvec_call(
         P::U(blocks as u32),
         P::U(m as u32),
         P::U(0),
-        P::F(input.eps()),
     ]);
-    let (read, extra) = input.binds(x);
-    let mut bound = vec![w, read, out];
-    bound.extend(extra.into_iter().flatten());
+    let mut bound = vec![w, xq, xd, out];
     bound.extend(resid.into_iter().flat_map(|(res, sum)| [res, sum]));
-    let kernel = if input == Taken::None && resid.is_none() {
-        Kernel::MatVec(w.dtype)
-    } else {
-        Kernel::MatVecFused {
-            t: w.dtype,
-            input: input.kind(),
-            residual: resid.is_some(),
-        }
+    let kernel = Kernel::MatVecDot {
+        t: w.dtype,
+        residual: resid.is_some(),
     };
     (kernel, params, bound, (blocks * n) as u64)
 }
@@ -290,8 +235,7 @@ impl Pending {
                 x,
                 out,
                 row_param,
-                input,
-            } => matvec_call((w, x, out, row_param), input, None),
+            } => matvec_call((w, x, out, row_param), None),
             Pending::Norm { x, w, eps, out } => {
                 let p = params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]);
                 match q8 {
@@ -496,7 +440,8 @@ impl GpuBackend {
         if !matches!(
             kernel,
             Kernel::MatVec(_)
-                | Kernel::MatVecMulti(..)
+                | Kernel::MatVecMulti(_)
+                | Kernel::MatVecDot { .. }
                 | Kernel::MatMul(_)
                 | Kernel::MatMulCoop(_)
                 | Kernel::MatVecQ8(_)
@@ -541,11 +486,18 @@ enum P {
 }
 
 impl GpuBackend {
+    /// Whether a matmul of `x` by a `w` weight is a repacked decode (f32
+    /// mode) on Q8-rounded activations (`MatVecDot`, `MatVecMulti`).
+    fn dot_decode(&self, w: GgmlType, x: Tensor) -> bool {
+        self.ctx.features.repacks(w) && x.rows <= MATVEC_MAX_TOKENS
+    }
+
     /// `x` rounded as ggml rounds a matmul's activations for weights of
-    /// type `w`, or `x` itself. Consecutive matmuls on the same input (Q, K,
+    /// type `w` (in f32 mode for `dot_decode` only), or `x` itself. Consecutive matmuls on the same input (Q, K,
     /// V; gate, up) share one rounding.
     fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<MatIn> {
-        let Some(q) = ActQuant::for_weight(w).filter(|_| self.ctx.quantize_activations) else {
+        let rounds = self.ctx.quantize_activations || self.dot_decode(w, x);
+        let Some(q) = ActQuant::for_weight(w).filter(|_| rounds) else {
             return Ok(MatIn::F32(x));
         };
         let n = x.n_elements().max(32);
@@ -626,9 +578,10 @@ impl GpuBackend {
         self.run(kernel, params, &bound, groups)
     }
 
-    /// Holds a norm or GLU `p` back for fusing, unless in place: with
-    /// Q8-rounded activations when its output is whole blocks of 32, in f32
-    /// mode for a repacked mat-vec to take in; dispatches it otherwise.
+    /// Holds a norm or GLU `p` back for fusing with the next matmul's Q8
+    /// rounding (every matmul in ggml's mode, repacked decode in f32 mode)
+    /// when its output is whole blocks of 32, and not in place; dispatches
+    /// it otherwise.
     fn defer(&mut self, p: Pending) -> Result<()> {
         self.flush_pending()?;
         let out = p.out();
@@ -637,8 +590,8 @@ impl GpuBackend {
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
             _ => true,
         };
-        let q8 = self.ctx.quantize_activations && out.cols.is_multiple_of(32);
-        if (q8 || self.ctx.features.fast_math) && !in_place {
+        let rounds = self.ctx.quantize_activations || self.ctx.features.fast_math;
+        if rounds && out.cols.is_multiple_of(32) && !in_place {
             self.acts_of = None;
             self.pending = Some(p);
             return Ok(());
@@ -741,45 +694,16 @@ impl GpuBackend {
         Ok(true)
     }
 
-    /// The held-back norm (or, with `glu`, GLU) whose output `x` a decode
-    /// mat-vec writing `outs` is about to read, taken out for the mat-vec
-    /// to run, unless `outs` touch it; anything else held is dispatched.
-    fn take_input(&mut self, x: Tensor, outs: &[Tensor], glu: bool) -> Result<Taken> {
-        let taken = match self.pending {
-            Some(Pending::Norm { x: nx, w, eps, out }) if out == x => {
-                Taken::Norm { x: nx, w, eps, out }
-            }
-            Some(Pending::Glu { op, gate, up, out }) if glu && out == x => {
-                Taken::Glu { op, gate, up, out }
-            }
-            _ => Taken::None,
-        };
-        let (read, extra) = taken.binds(x);
-        let touched = [read]
-            .into_iter()
-            .chain(extra.into_iter().flatten())
-            .any(|t| outs.iter().any(|o| o.id == t.id));
-        if taken == Taken::None || touched {
-            self.flush_pending()?;
-            return Ok(Taken::None);
-        }
-        self.pending = None;
-        Ok(taken)
-    }
-
     /// Holds a repacked decode mat-vec back (f32 mode, whole rows of
-    /// `out`), with the op before it taken in, for a residual add to join.
-    fn hold_matvec(&mut self, w: Tensor, x: Tensor, out: Tensor, row_param: usize) -> Result<()> {
-        let input = self.take_input(x, &[out], true)?;
+    /// `out`) for a residual add to join.
+    fn hold_matvec(&mut self, w: Tensor, x: [Tensor; 3], out: Tensor, row_param: usize) {
         self.wrote(out);
         self.pending = Some(Pending::MatVec {
             w,
             x,
             out,
             row_param,
-            input,
         });
-        Ok(())
     }
 
     /// The residual add `sum = a + b` of a held-back mat-vec's output, in
@@ -791,7 +715,6 @@ impl GpuBackend {
             x,
             out,
             row_param,
-            input,
         }) = self.pending
         else {
             return Ok(false);
@@ -801,18 +724,16 @@ impl GpuBackend {
             (true, false) => b,
             (false, false) => return Ok(false),
         };
-        let (read, extra) = input.binds(x);
-        let clash = [w, read]
-            .into_iter()
-            .chain(extra.into_iter().flatten())
+        // Not a tensor the mat-vec reads (bound read-only).
+        let clash = [w, x[0], x[1]]
+            .iter()
             .any(|t| t.id == res.id || t.id == sum.id);
         if clash || (res.rows, res.cols) != (out.rows, out.cols) {
             return Ok(false);
         }
         self.pending = None;
         self.wrote(sum);
-        let (kernel, params, bound, groups) =
-            matvec_call((w, x, out, row_param), input, Some((res, sum)));
+        let (kernel, params, bound, groups) = matvec_call((w, x, out, row_param), Some((res, sum)));
         self.run(kernel, params, &bound, groups)?;
         Ok(true)
     }

@@ -13,11 +13,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pipelines::{
     Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
-use super::{GpuBackend, MatIn, P, Pending, params};
-
-/// Up to this many tokens a matmul runs as mat-vec (weights streamed once
-/// per token); above it, the tiled kernel.
-const MATVEC_MAX_TOKENS: usize = 4;
+use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
 /// Largest head the attention kernel holds (4 dims per invocation of 64).
 const MAX_HEAD_DIM: usize = 256;
@@ -237,13 +233,16 @@ impl Backend for GpuBackend {
         // A split weight: each part computes its columns of `out`, from
         // one shared rounding of `x`.
         match self.buffers.parts(w).map(<[_]>::to_vec) {
-            // Held for the op before and the residual add after to join.
-            None if self.ctx.features.repacks(w.dtype)
-                && x.rows <= MATVEC_MAX_TOKENS
-                && x.id != out.id =>
-            {
+            // Held for a residual add after it to join.
+            None if self.dot_decode(w.dtype, x) && x.id != out.id => {
+                let MatIn::Q8(q8) = self.matmul_input(w.dtype, x)? else {
+                    return Err(BackendError::Other(
+                        "matmul: Q8 activations expected".into(),
+                    ));
+                };
                 let row_param = self.row_param(w.dtype, w.cols);
-                self.hold_matvec(w, x, out, row_param)
+                self.hold_matvec(w, q8, out, row_param);
+                Ok(())
             }
             None => self.matmul_cols(w, x, out, 0),
             Some(parts) => parts
@@ -263,15 +262,11 @@ impl Backend for GpuBackend {
             self.require(Op::MatMul, w.dtype)?;
             contract::matmul(w, x, out)?;
         }
-        // The norm before them runs inside (its row read in place of x).
-        let taken = self.take_input(x, outs, false)?;
-        let input = self.matmul_input(ws[0].dtype, x)?;
-        let MatIn::F32(x) = input else {
+        let MatIn::Q8([xq, xd, _]) = self.matmul_input(ws[0].dtype, x)? else {
             return Err(BackendError::Other(
-                "matmuls: f32 activations expected".into(),
+                "matmuls: Q8 activations expected".into(),
             ));
         };
-        let (read, extra) = taken.binds(x);
         // Row blocks of 4 per weight; a missing third weight binds the
         // second again and has none.
         let (w, o) = (ws[0], outs[0]);
@@ -285,10 +280,8 @@ impl Backend for GpuBackend {
         for &out in outs {
             self.wrote(out);
         }
-        let mut bound = vec![w, read, o, w1, o1, w2, o2];
-        bound.extend(extra.into_iter().flatten());
         self.run(
-            Kernel::MatVecMulti(w.dtype, taken.kind()),
+            Kernel::MatVecMulti(w.dtype),
             params(&[
                 u(w.rows),
                 u(w.cols),
@@ -299,9 +292,8 @@ impl Backend for GpuBackend {
                 u(rb(w1)),
                 u(w2.rows),
                 u(rb2),
-                P::F(taken.eps()),
             ]),
-            &bound,
+            &[w, xq, xd, o, w1, o1, w2, o2],
             ((rb(w) + rb(w1) + rb2) * x.rows) as u64,
         )
     }
@@ -474,6 +466,19 @@ impl GpuBackend {
         let input = self.matmul_input(w.dtype, x)?;
         self.wrote(out);
         match input {
+            // f32 mode's repacked decode (a part of a split weight).
+            MatIn::Q8([xq, xd, _]) if self.ctx.features.repacks(w.dtype) => {
+                let blocks = m.div_ceil(4);
+                self.run(
+                    Kernel::MatVecDot {
+                        t: w.dtype,
+                        residual: false,
+                    },
+                    params(&[u(m), u(k), u(n), u(row_bytes), u(blocks), u(ldo), u(o0)]),
+                    &[w, xq, xd, out],
+                    (blocks * n) as u64,
+                )
+            }
             MatIn::Q8([xq, xd, xs]) => {
                 // ggml's integer lanes: 16 rows per workgroup, TT tokens
                 // per invocation.

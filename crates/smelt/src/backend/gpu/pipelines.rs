@@ -57,18 +57,6 @@ pub enum Elementwise {
     GeluMul,
 }
 
-/// What a repacked decode mat-vec (`matvec_blocks.wgsl`, f32 mode) takes
-/// in before its dot products: one dispatch for the op and the mat-vec.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum MatVecIn {
-    /// The activations as they are.
-    Plain,
-    /// The rms_norm (with a weight) of the activations.
-    Norm,
-    /// SiluMul or GeluMul of a gate and an up half.
-    Glu(Elementwise),
-}
-
 /// Weight types with ggml's integer-lane kernels on Q8-rounded activations
 /// (`matmul_q8.wgsl`).
 pub const Q8_WEIGHT_TYPES: [GgmlType; 5] = [
@@ -120,17 +108,16 @@ pub enum Kernel {
     GetRows(GgmlType),
     /// One workgroup per (token, output row): decode, f32 activations.
     MatVec(GgmlType),
-    /// Decode mat-vecs of up to 3 weights of one input in one dispatch
-    /// (`Backend::matmuls`), repacked Q4_0 / Q8_0 (f32 activations), taking
-    /// in the norm before them (Plain or Norm).
-    MatVecMulti(GgmlType, MatVecIn),
-    /// A repacked decode mat-vec taking in the op before it, and with
-    /// `residual` the residual add after it.
-    MatVecFused {
+    /// Decode of repacked Q4_0 / Q8_0 (f32 mode) on Q8-rounded activations
+    /// with packed integer dot products, and with `residual` the residual
+    /// add after it.
+    MatVecDot {
         t: GgmlType,
-        input: MatVecIn,
         residual: bool,
     },
+    /// The same for up to 3 weights of one input in one dispatch
+    /// (`Backend::matmuls`).
+    MatVecMulti(GgmlType),
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
@@ -249,19 +236,11 @@ impl Kernel {
             v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
         }
         for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
-            v.extend([MatVecIn::Plain, MatVecIn::Norm].map(|i| Kernel::MatVecMulti(t, i)));
-            for input in [
-                MatVecIn::Plain,
-                MatVecIn::Norm,
-                MatVecIn::Glu(Elementwise::SiluMul),
-                MatVecIn::Glu(Elementwise::GeluMul),
-            ] {
-                for residual in [false, true] {
-                    if input != MatVecIn::Plain || residual {
-                        v.push(Kernel::MatVecFused { t, input, residual });
-                    }
-                }
-            }
+            v.extend([
+                Kernel::MatVecMulti(t),
+                Kernel::MatVecDot { t, residual: false },
+                Kernel::MatVecDot { t, residual: true },
+            ]);
         }
         v.extend([
             Kernel::RmsNorm { weight: false },
@@ -314,7 +293,7 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
-            Kernel::MatVecMulti(t, _) | Kernel::MatVecFused { t, .. } => f.repacks(t),
+            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => f.repacks(t),
             _ => true,
         }
     }
@@ -327,18 +306,14 @@ impl Kernel {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
             Kernel::MatVec(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
-            Kernel::MatVecMulti(_, MatVecIn::Plain) => &[R, R, RW, R, RW, R, RW],
-            // The op's input besides x, and its output.
-            Kernel::MatVecMulti(..) => &[R, R, RW, R, RW, R, RW, R, RW],
-            // ... then the residual and the sum.
-            Kernel::MatVecFused {
-                input: MatVecIn::Plain,
-                ..
-            } => &[R, R, RW, RW, RW],
-            Kernel::MatVecFused {
+            // Weights, Q8 quants, scales, out ...
+            Kernel::MatVecDot {
                 residual: false, ..
-            } => &[R, R, RW, R, RW],
-            Kernel::MatVecFused { .. } => &[R, R, RW, R, RW, RW, RW],
+            } => &[R, R, R, RW],
+            // ... the residual and the sum ...
+            Kernel::MatVecDot { residual: true, .. } => &[R, R, R, RW, RW, RW],
+            // ... or the other weights and outputs.
+            Kernel::MatVecMulti(_) => &[R, R, R, RW, R, RW, R, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -388,26 +363,16 @@ impl Kernel {
             defines.push(("TAB", self.bindings().len().to_string()));
         };
         match self {
-            Kernel::MatVecMulti(t, input) => {
-                type_defines(t, &mut def);
-                wg = WG_MATVEC;
-                def("REDUCE4");
-                def("MULTI");
-                matvec_fusion(input, false, (8, 9), &mut defines);
-                parts.extend([src::REDUCE, src::EXACT, src::MATVEC_BLOCKS]);
-            }
-            Kernel::MatVecFused { t, input, residual } => {
-                type_defines(t, &mut def);
-                wg = WG_MATVEC;
-                def("REDUCE4");
-                matvec_fusion(input, residual, (4, 7), &mut defines);
-                parts.extend([src::REDUCE, src::EXACT, src::MATVEC_BLOCKS]);
-            }
             // Repacked Q4_0 and Q8_0 decode: whole blocks per invocation.
-            Kernel::MatVec(t) if f.repacks(t) => {
+            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => {
                 type_defines(t, &mut def);
                 wg = WG_MATVEC;
                 def("REDUCE4");
+                match self {
+                    Kernel::MatVecMulti(_) => def("MULTI"),
+                    Kernel::MatVecDot { residual: true, .. } => def("RESID"),
+                    _ => {}
+                }
                 parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
             }
             Kernel::MatMulCoop(t) => {
@@ -541,8 +506,7 @@ impl Kernel {
         }
         if let Kernel::GetRows(t)
         | Kernel::MatVec(t)
-        | Kernel::MatVecMulti(t, _)
-        | Kernel::MatVecFused { t, .. }
+        | Kernel::MatVecMulti(t)
         | Kernel::MatMul(t)
         | Kernel::MatMulCoop(t) = self
             && f.repacks(t)
@@ -592,45 +556,6 @@ pub const MATMUL_Q8_TOKENS: usize = 8;
 /// Q4_1 and Q5_1: a block minimum, multiplied by the activations' sums.
 pub fn has_min(t: GgmlType) -> bool {
     matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1)
-}
-
-/// `matvec_blocks.wgsl`'s defines for what a mat-vec takes in: its extra
-/// bindings start at `binding`, after the mat-vec's own, and eps is
-/// parameter `eps`, after the mat-vec's.
-fn matvec_fusion(
-    input: MatVecIn,
-    residual: bool,
-    (binding, eps): (u32, u32),
-    defines: &mut Vec<(&'static str, String)>,
-) {
-    let mut next = binding;
-    let mut bind = |defines: &mut Vec<(&'static str, String)>, name: &'static str| {
-        defines.push((name, next.to_string()));
-        next += 1;
-    };
-    if input != MatVecIn::Plain {
-        defines.push(("IN_AUX", String::new()));
-        bind(defines, "B_AUX");
-        bind(defines, "B_XO");
-    }
-    match input {
-        MatVecIn::Plain => {}
-        MatVecIn::Norm => {
-            defines.push(("IN_NORM", String::new()));
-            defines.push(("EPS", eps.to_string()));
-        }
-        MatVecIn::Glu(op) => {
-            defines.push(("IN_GLU", String::new()));
-            if op == Elementwise::GeluMul {
-                defines.push(("GELU_MUL", String::new()));
-            }
-        }
-    }
-    if residual {
-        defines.push(("RESID", String::new()));
-        bind(defines, "B_RES");
-        bind(defines, "B_SUM");
-    }
 }
 
 fn type_defines(t: GgmlType, def: &mut impl FnMut(&'static str)) {

@@ -1,18 +1,23 @@
-// Mat-vec for Q4_0 and Q8_0 weights on f32 activations (decode), on the
-// repacked layout of the f32-activation mode (quant.wgsl's REPACKED:
-// superblocks of 8 blocks whose quants are 16-byte words):
-// out[t, r] = dot(w[r], x[t]). Decode reads every weight byte once, so the
-// kernel is built to keep many bytes in flight: each invocation owns whole
-// 32-value blocks (block b, b + WG, ...) of 4 rows at once, two blocks per
-// step, reads each block's quants as one (Q4_0) or two (Q8_0) aligned
-// 16-byte loads and the block's 32 activations as 8 vec4 loads shared by
-// the 4 rows. The 4 row sums meet in one vec4 reduction, as in matvec.wgsl
-// (same dispatch and parameters).
+// Mat-vec for Q4_0 and Q8_0 weights (decode) in the f32-activation mode,
+// on its repacked layout (quant.wgsl's REPACKED: superblocks of 8 blocks
+// whose quants are 16-byte words), with the activations rounded to Q8
+// blocks first (quantize.wgsl's Q8, or inside the rms_norm or GLU before),
+// as llama.cpp's GPU mat-vecs round them:
 //
-// Quants become floats without an integer conversion: a byte q or'ed into
-// the mantissa of 2^23 is the float 2^23 + q exactly, and subtracting
-// 2^23 + 8 (Q4_0) or 2^23 + 128 (Q8_0, after flipping the sign bit) gives
-// q - 8 or the signed q exactly.
+//   out[t, r] = Σ_b d_w · d_x · isum_b,   isum_b = Σ (q_w − 8) · q_x  (Q4_0; Q8_0: Σ q_w · q_x)
+//
+// with isum_b the block's exact integer dot product, four products per
+// packed 4×8-bit dot (`dot4I8Packed`: one instruction where the device has
+// integer dot products, Vulkan 1.3 and Metal); Q4_0's −8 · Σq_x comes from
+// the same dots against bytes of 1, once per block for the 4 rows.
+// Decoding nibbles to f32 and multiplying in f32 took ~5 instructions per
+// weight, which bound the f32 kernel this replaces (8b model on the H100:
+// compute-bound at ~20% of the bandwidth); here it is under one.
+//
+// Each invocation owns whole 32-value blocks (block b, b + WG, ...) of 4
+// rows at once, two blocks per step; a block's 8 activation words (two
+// 16-byte loads) and its scales are shared by the 4 rows. The 4 row sums
+// meet in one vec4 reduction.
 //
 // Params: 0 m (rows of w), 1 k (cols, a multiple of 32), 2 n (tokens),
 // 3 blocks per row, 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or
@@ -24,45 +29,26 @@
 // row, 4 row blocks of w, 5 m1, 6 row blocks of w1, 7 m2, 8 row blocks of
 // w2 (0: no third weight).
 //
-// The op before the mat-vec and the residual add after it, taken in
-// (f32 mode; `Pending::MatVec`), each saving a dispatch per use:
-// - IN_NORM: x is the row before an rms_norm with weight `aux`. The
-//   sweep reads x · aux and sums x² on the way; the row's scale
-//   1 / sqrt(mean + eps) multiplies the dot products at the end. The first
-//   row block of each token also stores the normalised row (the norm's
-//   output) in `xo`. Param EPS: eps.
-// - IN_GLU (SILU_MUL or GELU_MUL): x is the gate, `aux` the up half; the
-//   activations are act(gate) · up, stored in `xo` by the first row block.
-// - RESID (single weight, whole rows): sum = res + out as well (sum may be
-//   res, or out).
+// RESID (single weight, whole rows of out): the residual add after the
+// mat-vec in the same dispatch (`Pending::MatVec`), sum = res + out; sum
+// may be res, or out.
 
-@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;    // (m, k) repacked
+@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;     // (m, k) repacked
+@group(0) @binding(2) var<storage, read> xq: array<vec4<u32>>;     // (n, k / 16) Q8 quants, 4 per word
+@group(0) @binding(3) var<storage, read> xd: array<f32>;           // (n, k / 32) d
+@group(0) @binding(4) var<storage, read_write> out: array<f32>;    // (n, m)
 #ifdef MULTI
-@group(0) @binding(4) var<storage, read> wq1: array<vec4<u32>>;   // (m1, k) repacked
-@group(0) @binding(5) var<storage, read_write> out1: array<f32>;  // (n, m1)
-@group(0) @binding(6) var<storage, read> wq2: array<vec4<u32>>;   // (m2, k) repacked
-@group(0) @binding(7) var<storage, read_write> out2: array<f32>;  // (n, m2)
-#endif
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;     // (n, k / 4)
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (n, m)
-#ifdef IN_AUX
-@group(0) @binding({{B_AUX}}) var<storage, read> aux: array<vec4<f32>>;       // norm weight (k / 4), or up (n, k / 4)
-@group(0) @binding({{B_XO}}) var<storage, read_write> xo: array<vec4<f32>>;   // (n, k / 4)
+@group(0) @binding(5) var<storage, read> wq1: array<vec4<u32>>;    // (m1, k) repacked
+@group(0) @binding(6) var<storage, read_write> out1: array<f32>;   // (n, m1)
+@group(0) @binding(7) var<storage, read> wq2: array<vec4<u32>>;    // (m2, k) repacked
+@group(0) @binding(8) var<storage, read_write> out2: array<f32>;   // (n, m2)
 #endif
 #ifdef RESID
-@group(0) @binding({{B_RES}}) var<storage, read_write> res: array<f32>;       // (n, m)
-@group(0) @binding({{B_SUM}}) var<storage, read_write> sum: array<f32>;       // (n, m)
+@group(0) @binding(5) var<storage, read_write> res: array<f32>;    // (n, m)
+@group(0) @binding(6) var<storage, read_write> sum: array<f32>;    // (n, m)
 #endif
 
 const NR: u32 = 4u;
-const BIG: u32 = 0x4b000000u; // 2^23 as f32 bits
-
-// Bytes 0..4 of w, each (byte & mask) ^ flip or'ed into 2^23, as floats
-// minus `bias`.
-fn bytes4(w: u32, mask: u32, flip: u32, bias: f32) -> vec4<f32> {
-    let v = ((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(mask)) ^ vec4<u32>(BIG | flip);
-    return bitcast<vec4<f32>>(v) - bias;
-}
 
 // The scale of block b from its superblock's scale word s (8 halves).
 fn scale_of(s: vec4<u32>, b: u32) -> f32 {
@@ -103,79 +89,59 @@ fn blk(which: u32, b: u32) -> Blk {
     return Blk(wq[qi], wq[q2], wq[si]);
 }
 
-#ifdef TYPE_Q4_0
-fn lo4(w: u32) -> vec4<f32> {
-    return bytes4(w, 0xfu, 0u, 8388616.0);
+// A block of the token's activations: quants 0..16 and 16..32, d, and
+// (Q4_0) 8 · Σq.
+struct Act {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+    d: f32,
+    sum8: i32,
 }
 
-// Σ (q - 8) · x over Q4_0 block b (words k), times its scale.
-fn block_dot_of(k: Blk, b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+#ifdef TYPE_Q4_0
+const NIB: u32 = 0x0f0f0f0fu;
+
+// Σ (q − 8) · x over Q4_0 block b (words k): quants' low nibbles are
+// values 0..16, high nibbles 16..32, each as an unsigned byte.
+fn block_dot_of(k: Blk, b: u32, a: Act) -> f32 {
     let q = k.q;
-    let d = scale_of(k.s, b);
-    let s = (lo4(q.x) * xs[0] + lo4(q.y) * xs[1]) + (lo4(q.z) * xs[2] + lo4(q.w) * xs[3])
-        + (lo4(q.x >> 4u) * xs[4] + lo4(q.y >> 4u) * xs[5])
-        + (lo4(q.z >> 4u) * xs[6] + lo4(q.w >> 4u) * xs[7]);
-    return d * ((s.x + s.y) + (s.z + s.w));
+    let lo = dot4I8Packed(q.x & NIB, a.lo.x) + dot4I8Packed(q.y & NIB, a.lo.y)
+        + dot4I8Packed(q.z & NIB, a.lo.z) + dot4I8Packed(q.w & NIB, a.lo.w);
+    let hi = dot4I8Packed((q.x >> 4u) & NIB, a.hi.x) + dot4I8Packed((q.y >> 4u) & NIB, a.hi.y)
+        + dot4I8Packed((q.z >> 4u) & NIB, a.hi.z) + dot4I8Packed((q.w >> 4u) & NIB, a.hi.w);
+    return scale_of(k.s, b) * a.d * f32(lo + hi - a.sum8);
 }
 #endif
 
 #ifdef TYPE_Q8_0
-fn i8x4(w: u32) -> vec4<f32> {
-    return bytes4(w, 0xffu, 0x80u, 8388736.0);
-}
-
-// Σ q · x over Q8_0 block b (words k), times its scale.
-fn block_dot_of(k: Blk, b: u32, xs: array<vec4<f32>, 8>) -> f32 {
+// Σ q · x over Q8_0 block b (words k).
+fn block_dot_of(k: Blk, b: u32, a: Act) -> f32 {
     let qa = k.q;
     let qb = k.q2;
-    let d = scale_of(k.s, b);
-    let s = (i8x4(qa.x) * xs[0] + i8x4(qa.y) * xs[1]) + (i8x4(qa.z) * xs[2] + i8x4(qa.w) * xs[3])
-        + (i8x4(qb.x) * xs[4] + i8x4(qb.y) * xs[5])
-        + (i8x4(qb.z) * xs[6] + i8x4(qb.w) * xs[7]);
-    return d * ((s.x + s.y) + (s.z + s.w));
+    let lo = dot4I8Packed(qa.x, a.lo.x) + dot4I8Packed(qa.y, a.lo.y)
+        + dot4I8Packed(qa.z, a.lo.z) + dot4I8Packed(qa.w, a.lo.w);
+    let hi = dot4I8Packed(qb.x, a.hi.x) + dot4I8Packed(qb.y, a.hi.y)
+        + dot4I8Packed(qb.z, a.hi.z) + dot4I8Packed(qb.w, a.hi.w);
+    return scale_of(k.s, b) * a.d * f32(lo + hi);
 }
 #endif
-
-#ifdef IN_GLU
-fn glu(g: vec4<f32>, u: vec4<f32>) -> vec4<f32> {
-#ifdef GELU_MUL
-    return vec4<f32>(cpu_gelu(g.x), cpu_gelu(g.y), cpu_gelu(g.z), cpu_gelu(g.w)) * u;
-#else
-    return vec4<f32>(cpu_silu(g.x), cpu_silu(g.y), cpu_silu(g.z), cpu_silu(g.w)) * u;
-#endif
-}
-#endif
-
-// IN_NORM: this invocation's sum of the squares of the values it read.
-var<private> squares: f32;
-
-// Activations c..c + 4 of the token at vec4 xb, as the dot products take
-// them: x, x · norm weight (IN_NORM), or act(gate) · up (IN_GLU).
-fn act4(xb: u32, c: u32) -> vec4<f32> {
-    let v = x[xb + c];
-#ifdef IN_NORM
-    squares += dot(v, v);
-    return v * aux[c];
-#endif
-#ifdef IN_GLU
-    return glu(v, aux[xb + c]);
-#endif
-    return v;
-}
 
 // Block b's contribution to 4 rows (first blocks rb) of weight `which`,
-// from the token's activations at vec4 xb.
+// from the token's activation blocks starting at block xb.
 fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
-    let c = b * 8u;
-    let xs = array<vec4<f32>, 8>(
-        act4(xb, c), act4(xb, c + 1u), act4(xb, c + 2u), act4(xb, c + 3u),
-        act4(xb, c + 4u), act4(xb, c + 5u), act4(xb, c + 6u), act4(xb, c + 7u),
-    );
+    let xi = xb + b;
+    var a = Act(xq[2u * xi], xq[2u * xi + 1u], xd[xi], 0);
+#ifdef TYPE_Q4_0
+    let ones = 0x01010101u;
+    a.sum8 = 8 * (dot4I8Packed(a.lo.x, ones) + dot4I8Packed(a.lo.y, ones) + dot4I8Packed(a.lo.z, ones)
+        + dot4I8Packed(a.lo.w, ones) + dot4I8Packed(a.hi.x, ones) + dot4I8Packed(a.hi.y, ones)
+        + dot4I8Packed(a.hi.z, ones) + dot4I8Packed(a.hi.w, ones));
+#endif
     return vec4<f32>(
-        block_dot_of(blk(which, rb.x + b), rb.x + b, xs),
-        block_dot_of(blk(which, rb.y + b), rb.y + b, xs),
-        block_dot_of(blk(which, rb.z + b), rb.z + b, xs),
-        block_dot_of(blk(which, rb.w + b), rb.w + b, xs),
+        block_dot_of(blk(which, rb.x + b), rb.x + b, a),
+        block_dot_of(blk(which, rb.y + b), rb.y + b, a),
+        block_dot_of(blk(which, rb.z + b), rb.z + b, a),
+        block_dot_of(blk(which, rb.w + b), rb.w + b, a),
     );
 }
 
@@ -197,29 +163,6 @@ fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, lid: u32) -> vec4<f32> {
         acc += rows4(which, rb, b, xb);
     }
     return acc;
-}
-
-// After the sweep, for token t (activations at vec4 xb): the factor of its
-// dot products, 1 / sqrt(mean(x²) + eps) with IN_NORM and 1 otherwise; the
-// first row block (`first`) also stores the op's output in `xo`. Every
-// invocation calls it (a workgroup reduction).
-fn taken_in(xb: u32, first: bool, ln: Lane) -> f32 {
-    var scale = 1.0;
-#ifdef IN_NORM
-    scale = 1.0 / sqrt(wg_sum(squares, ln) / f32(pu(1)) + pf({{EPS}}));
-#endif
-#ifdef IN_AUX
-    if (first) {
-        for (var c = ln.lid; c < pu(1) / 4u; c += RED_WG) {
-#ifdef IN_NORM
-            xo[xb + c] = x[xb + c] * scale * aux[c];
-#else
-            xo[xb + c] = glu(x[xb + c], aux[xb + c]);
-#endif
-        }
-    }
-#endif
-    return scale;
 }
 
 #ifdef MULTI
@@ -247,9 +190,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let r0 = gb * NR;
     let nb = pu(3);
-    let xb = t * nb * 8u;
-    let sums = wg_sum4(sweep(which, firsts(r0, m, nb), nb, xb, ln.lid), ln);
-    let total = sums * taken_in(xb, g % per_t == 0u, ln);
+    let total = wg_sum4(sweep(which, firsts(r0, m, nb), nb, t * nb, ln.lid), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             let o = t * m + r0 + r;
@@ -279,9 +220,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
     let nb = pu(3);
-    let xb = t * nb * 8u;
-    let sums = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, xb, ln.lid), ln);
-    let total = sums * taken_in(xb, g % blocks == 0u, ln);
+    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb, ln.lid), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
