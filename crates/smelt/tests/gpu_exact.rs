@@ -107,19 +107,21 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
     });
     check("rms_norm".into(), r);
     // rms_norm then a matmul: the GPU fuses the norm with the matmul's Q8
-    // rounding (RmsNormQ8).
+    // rounding (RmsNormQ8; 2080 columns: a row in 3 workgroups).
     for t in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
-        let r = run(&mut p, &|b, rng| {
-            let x = f32s(b, rng, 3, 576, 3.0);
-            let nw = f32s(b, rng, 1, 576, 1.0);
-            let w = weight(b, rng, t, 200, 576);
-            let normed = b.alloc(F32, 3, 576).unwrap();
-            b.rms_norm(x, Some(nw), 1e-5, normed).unwrap();
-            let out = b.alloc(F32, 3, 200).unwrap();
-            b.matmul(w, normed, out).unwrap();
-            out
-        });
-        check(format!("rms_norm + matmul {t}"), r);
+        for k in [576usize, 2080] {
+            let r = run(&mut p, &|b, rng| {
+                let x = f32s(b, rng, 3, k, 3.0);
+                let nw = f32s(b, rng, 1, k, 1.0);
+                let w = weight(b, rng, t, 200, k);
+                let normed = b.alloc(F32, 3, k).unwrap();
+                b.rms_norm(x, Some(nw), 1e-5, normed).unwrap();
+                let out = b.alloc(F32, 3, 200).unwrap();
+                b.matmul(w, normed, out).unwrap();
+                out
+            });
+            check(format!("rms_norm + matmul {t} k={k}"), r);
+        }
     }
     // silu_mul then a matmul: fused likewise (GluQ8).
     let r = run(&mut p, &|b, rng| {

@@ -29,7 +29,7 @@ use crate::quant::GgmlType;
 
 use buffers::Buffers;
 use context::Context;
-use pipelines::PipelineCache;
+use pipelines::{PipelineCache, WG_ROW};
 use recorder::{Params, Recorder};
 
 /// Up to this many tokens a matmul runs as mat-vec (weights streamed once
@@ -237,7 +237,14 @@ impl Pending {
                 row_param,
             } => matvec_call((w, x, out, row_param), None),
             Pending::Norm { x, w, eps, out } => {
-                let p = params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]);
+                // With the rounding, a row in parts of WG_ROW words.
+                let parts = (x.cols / 4).div_ceil(WG_ROW as usize).max(1);
+                let p = params(&[
+                    P::U(x.rows as u32),
+                    P::U(x.cols as u32),
+                    P::F(eps),
+                    P::U(parts as u32),
+                ]);
                 match q8 {
                     None => (
                         Kernel::RmsNorm { weight: true },
@@ -249,7 +256,7 @@ impl Pending {
                         Kernel::RmsNormQ8,
                         p,
                         vec![x, out, w, xq, xd, xs],
-                        x.rows as u64,
+                        (x.rows * parts) as u64,
                     ),
                 }
             }
@@ -273,12 +280,12 @@ impl Pending {
                         vec![gate, out, up],
                         n.div_ceil(256) as u64,
                     ),
-                    // One invocation per block of 32.
+                    // One invocation per word of 4 values.
                     Some([xq, xd, xs]) => (
                         Kernel::GluQ8(op),
                         p,
                         vec![gate, out, up, xq, xd, xs],
-                        (n / 32).div_ceil(64) as u64,
+                        (n / 4).div_ceil(WG_ROW as usize) as u64,
                     ),
                 }
             }
@@ -553,11 +560,16 @@ impl GpuBackend {
         if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
             let n = x.n_elements();
             let (threads, bound) = match &input {
-                MatIn::Q8([xq, xd, xs]) => (n / 32, vec![x, *xq, *xd, *xs]),
+                MatIn::Q8([xq, xd, xs]) => (n / 4, vec![x, *xq, *xd, *xs]),
                 MatIn::F32(v) if q == ActQuant::F16 => (n, vec![x, *v]),
                 MatIn::F32(v) => (n / 256, vec![x, *v]),
             };
-            let wg = if q == ActQuant::F16 { 256 } else { 64 };
+            // Q8: one invocation per word; Q8_K: per block of 256.
+            let wg = if q == ActQuant::Q8K {
+                64
+            } else {
+                WG_ROW as usize
+            };
             self.run(
                 Kernel::QuantizeActs(q),
                 params(&[P::U(n as u32)]),

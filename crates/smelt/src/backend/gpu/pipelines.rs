@@ -216,7 +216,7 @@ pub enum Access {
 
 /// Workgroup size of the kernels that reduce across a workgroup.
 const WG_MATVEC: u32 = 64;
-const WG_ROW: u32 = 256;
+pub const WG_ROW: u32 = 256;
 const WG_ATTENTION: u32 = 64;
 
 impl Kernel {

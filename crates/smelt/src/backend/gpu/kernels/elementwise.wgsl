@@ -5,8 +5,8 @@
 // GELU are the fast CPU backend's, bit for bit (exact.wgsl).
 //
 // The Q8 define (SILU_MUL and GELU_MUL) fuses the next matmul's
-// activation rounding (exact.wgsl's q8_block, as quantize.wgsl's Q8) on
-// the values written: one invocation per block of 32.
+// activation rounding (exact.wgsl's q8_word, as quantize.wgsl's Q8) on
+// the values written: one invocation per word of 4 values.
 //
 // Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32).
 
@@ -41,23 +41,25 @@ fn op(i: u32) -> f32 {
 }
 
 #ifdef Q8
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let g = gid.x + gid.y * nwg.x * 64u;
-    if (g >= pu(0) / 32u) {
-        return;
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg) * {{WG}}u + lid;
+    let live = g < pu(0) / 4u;
+    var v = vec4<f32>(0.0);
+    if (live) {
+        for (var e = 0u; e < 4u; e++) {
+            v[e] = op(4u * g + e);
+            out[4u * g + e] = v[e];
+        }
     }
-    var v: array<f32, 32>;
-    for (var i = 0u; i < 32u; i++) {
-        v[i] = op(32u * g + i);
-        out[32u * g + i] = v[i];
+    let q = q8_word(v, lid);
+    if (live) {
+        xq[g] = q.word;
+        if ((lid & 7u) == 0u) {
+            xd[g / 8u] = q.d;
+            xs[g / 8u] = q.s;
+        }
     }
-    let q = q8_block(v);
-    for (var i = 0u; i < 8u; i++) {
-        xq[8u * g + i] = q.words[i];
-    }
-    xd[g] = q.d;
-    xs[g] = q.s;
 }
 #else
 @compute @workgroup_size(256)

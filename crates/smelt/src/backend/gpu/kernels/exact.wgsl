@@ -246,40 +246,54 @@ fn f16_round(v: f32) -> f32 {
     return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
 }
 
-// A block of 32 values rounded as ggml's quantize_row_q8_1 (quantize.wgsl
-// and the fused rms_norm of norm.wgsl share it): d = amax / 127, q =
-// round_ties_even(x · (127 / amax)) packed 4 per word, d and s = d · Σq
-// as f16, widened.
-struct Q8Block {
-    words: array<u32, 8>,
+#ifdef Q8
+// Activations rounded as ggml's quantize_row_q8_1 (quantize.wgsl, and
+// fused into norm.wgsl's rms_norm and elementwise.wgsl's GLU): blocks of
+// 32, d = amax / 127, q = round_ties_even(x · (127 / amax)) packed 4 per
+// word, d and s = d · Σq as f16, widened. A block is spread over 8
+// consecutive invocations, one word (4 values) each: invocation lid holds
+// word lid % 8 of its block. The block's amax and Σq meet in workgroup
+// memory (max and an integer sum: the numbers do not depend on how the
+// block is split).
+var<workgroup> q8_amax: array<f32, {{WG}}>;
+var<workgroup> q8_qsum: array<i32, {{WG}}>;
+
+struct Q8Word {
+    word: u32,
     d: f32,
     s: f32,
 }
 
-fn q8_block(v: array<f32, 32>) -> Q8Block {
+// Every invocation of the workgroup calls it (barriers); one without a
+// word passes zeros.
+fn q8_word(v: vec4<f32>, lid: u32) -> Q8Word {
+    let first = lid & ~7u;
+    q8_amax[lid] = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
+    workgroupBarrier();
     var amax = 0.0;
-    for (var i = 0u; i < 32u; i++) {
-        amax = max(amax, abs(v[i]));
+    for (var i = 0u; i < 8u; i++) {
+        amax = max(amax, q8_amax[first + i]);
     }
     let d = div_rn(amax, 127.0);
     var id = 0.0;
     if (amax != 0.0) {
         id = div_rn(127.0, amax);
     }
-    var out: Q8Block;
+    var word = 0u;
     var sum = 0;
-    for (var w = 0u; w < 8u; w++) {
-        var word = 0u;
-        for (var e = 0u; e < 4u; e++) {
-            // |x · id| <= 127: the product is rounded, then rounded to an
-            // integer, ties to even, as _mm256_round_ps does.
-            let q = i32(round(v[4u * w + e] * id));
-            sum += q;
-            word |= (bitcast<u32>(q) & 0xffu) << (8u * e);
-        }
-        out.words[w] = word;
+    for (var e = 0u; e < 4u; e++) {
+        // |x · id| <= 127: the product is rounded, then rounded to an
+        // integer, ties to even, as _mm256_round_ps does.
+        let q = i32(round(v[e] * id));
+        sum += q;
+        word |= (bitcast<u32>(q) & 0xffu) << (8u * e);
     }
-    out.d = f16_round(d);
-    out.s = f16_round(d * f32(sum));
-    return out;
+    q8_qsum[lid] = sum;
+    workgroupBarrier();
+    var total = 0;
+    for (var i = 0u; i < 8u; i++) {
+        total += q8_qsum[first + i];
+    }
+    return Q8Word(word, f16_round(d), f16_round(d * f32(total)));
 }
+#endif

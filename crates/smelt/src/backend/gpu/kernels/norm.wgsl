@@ -8,14 +8,17 @@
 // out = x · scale · w in that order.
 //
 // The Q8 define (with WEIGHT) fuses the next matmul's activation rounding
-// (quantize.wgsl's Q8, exact.wgsl's q8_block) on the values written: one
-// dispatch instead of two before Q, K, V and gate, up.
+// (quantize.wgsl's Q8, exact.wgsl's q8_word) on the values written: one
+// dispatch instead of two before Q, K, V and gate, up. A row is then spread
+// over `parts` workgroups of one invocation per word of 4 values; each
+// workgroup sums the whole row's squares first, the same way (the same
+// scale in every part).
 //
 // The ADD define (with WEIGHT, f32-activation mode) fuses the residual
 // add before the norm: sum = x + addend is written to `sum` (which may be
 // x itself) and normalised, one dispatch instead of two.
 //
-// Params: 0 rows, 1 cols, 2 eps (f32).
+// Params: 0 rows, 1 cols, 2 eps (f32), 3 parts (Q8).
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
@@ -63,7 +66,12 @@ fn normed(b: u32, c: u32, scale: f32) -> f32 {
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = ln.lid;
-    let r = wg_index(wid, nwg);
+#ifdef Q8
+    let parts = pu(3);
+#else
+    let parts = 1u;
+#endif
+    let r = wg_index(wid, nwg) / parts;
     let cols = pu(1);
     if (r >= pu(0)) {
         return;
@@ -105,21 +113,26 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
     let scale = div_rn(1.0, sqrt_rn(mean + pf(2)));
 #ifdef Q8
-    // One invocation per block of 32 (cols is a whole number of them).
-    for (var blk = lid; blk < cols / 32u; blk += NORM_WG) {
-        let c0 = blk * 32u;
-        var v: array<f32, 32>;
-        for (var i = 0u; i < 32u; i++) {
-            v[i] = x[b + c0 + i] * scale * w[c0 + i];
-            out[b + c0 + i] = v[i];
+    // One invocation per word of this part of the row.
+    let c4 = (wg_index(wid, nwg) % parts) * NORM_WG + lid;
+    let live = c4 < cols / 4u;
+    var v = vec4<f32>(0.0);
+    if (live) {
+        let c = 4u * c4;
+        v = vec4<f32>(x[b + c] * scale * w[c], x[b + c + 1u] * scale * w[c + 1u],
+            x[b + c + 2u] * scale * w[c + 2u], x[b + c + 3u] * scale * w[c + 3u]);
+        out[b + c] = v.x;
+        out[b + c + 1u] = v.y;
+        out[b + c + 2u] = v.z;
+        out[b + c + 3u] = v.w;
+    }
+    let q = q8_word(v, lid);
+    if (live) {
+        xq[b / 4u + c4] = q.word;
+        if ((lid & 7u) == 0u) {
+            xd[(b / 4u + c4) / 8u] = q.d;
+            xs[(b / 4u + c4) / 8u] = q.s;
         }
-        let q = q8_block(v);
-        let g = (b + c0) / 32u;
-        for (var i = 0u; i < 8u; i++) {
-            xq[8u * g + i] = q.words[i];
-        }
-        xd[g] = q.d;
-        xs[g] = q.s;
     }
     return;
 #endif

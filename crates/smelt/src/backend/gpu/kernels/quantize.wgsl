@@ -34,23 +34,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #endif
 
 #ifdef Q8
-// One invocation per block of 32.
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let b = gid.x + gid.y * nwg.x * 64u;
-    if (b >= pu(0) / 32u) {
-        return;
+// One invocation per word of 4 values (exact.wgsl's q8_word).
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg) * {{WG}}u + lid;
+    let live = g < pu(0) / 4u;
+    var v = vec4<f32>(0.0);
+    if (live) {
+        v = vec4<f32>(x[4u * g], x[4u * g + 1u], x[4u * g + 2u], x[4u * g + 3u]);
     }
-    var v: array<f32, 32>;
-    for (var i = 0u; i < 32u; i++) {
-        v[i] = x[b * 32u + i];
+    let q = q8_word(v, lid);
+    if (live) {
+        xq[g] = q.word;
+        if ((lid & 7u) == 0u) {
+            xd[g / 8u] = q.d;
+            xs[g / 8u] = q.s;
+        }
     }
-    let q = q8_block(v);
-    for (var w = 0u; w < 8u; w++) {
-        xq[8u * b + w] = q.words[w];
-    }
-    xd[b] = q.d;
-    xs[b] = q.s;
 }
 #endif
 
