@@ -217,3 +217,65 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
         .collect();
     assert!(bad.is_empty(), "not bit exact: {bad:?}");
 }
+
+/// f32 → f16 on the GPU (the F16 KV cache, and every Q8 scale of ggml's
+/// mode) rounds to nearest, ties to even, bit for bit as the `half` crate
+/// and the CPU: ties of normals and subnormals, the ends of the range
+/// (65504, 65520 and up to infinity), values that underflow to zero, and
+/// random values of every magnitude.
+#[test]
+fn f32_to_f16_rounds_to_nearest_even() {
+    let mut gpu = GpuBackend::new(&GpuOptions::default()).unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let tie = |bits: u32| f32::from_bits(bits);
+    let mut v: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        1.0 + 2f32.powi(-11),       // tie, to even (down)
+        1.0 + 3.0 * 2f32.powi(-11), // tie, to even (up)
+        1.0 + 2f32.powi(-11) + 2f32.powi(-20),
+        65504.0,
+        65519.0,
+        65520.0,
+        1e6,
+        -1e6,
+        2f32.powi(-14),
+        2f32.powi(-14) * (1.0 - 2f32.powi(-12)),
+        2f32.powi(-24),
+        2f32.powi(-25),       // tie between 0 and the least subnormal
+        1.5 * 2f32.powi(-24), // subnormal tie, to even (up)
+        2.5 * 2f32.powi(-24), // subnormal tie, to even (down)
+        2f32.powi(-26),
+        tie(0x3f80_1000),
+        tie(0x3380_0001),
+        f32::MIN_POSITIVE,
+    ];
+    v.extend(v.clone().iter().map(|x| -x));
+    for _ in 0..4000 {
+        let e = rng.gen_range(-30i32..18);
+        v.push(rng.gen_range(-1.0f32..1.0) * 2f32.powi(e));
+    }
+    let n = v.len();
+    let src = gpu.alloc(F32, 1, n).unwrap();
+    gpu.write(src, bytemuck::cast_slice(&v)).unwrap();
+    let dst = gpu.alloc(F16, 1, n).unwrap();
+    gpu.copy(src, dst).unwrap();
+    let mut bytes = vec![0u8; dst.n_bytes()];
+    gpu.read(dst, &mut bytes).unwrap();
+    let bad: Vec<String> = v
+        .iter()
+        .zip(bytes.chunks_exact(2))
+        .filter_map(|(&x, b)| {
+            let got = u16::from_le_bytes([b[0], b[1]]);
+            let want = half::f16::from_f32(x).to_bits();
+            (got != want).then(|| format!("{x:e}: {got:#06x}, want {want:#06x}"))
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {n} differ: {:?}",
+        bad.len(),
+        &bad[..bad.len().min(10)]
+    );
+}

@@ -29,6 +29,53 @@ fn wg_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
 // exp(NEG_BIG - m) is still exactly 0.
 const NEG_BIG: f32 = -3.0e38;
 
+// The f16 bits of v rounded to nearest, ties to even, as the CPU (and
+// ggml) convert: Vulkan leaves the rounding of pack2x16float to the
+// implementation, and NVIDIA's does not round to nearest (measured on the
+// H100: every Q8 scale and f16 cache value that ggml's mode rounds came
+// out different). Overflow gives infinity, NaN a quiet NaN.
+fn f16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    let sign = (b >> 16u) & 0x8000u;
+    let a = b & 0x7fffffffu;
+    if (a >= 0x477ff000u) {
+        // 65520 and up round to infinity.
+        return sign | select(0x7c00u, 0x7e00u, a > 0x7f800000u);
+    }
+    var q: u32;
+    var rem: u32;
+    var half: u32;
+    if (a >= 0x38800000u) {
+        // Normal: rebias the exponent (127 - 15) and drop 13 mantissa bits;
+        // a carry runs into the exponent as it should.
+        let r = a - 0x38000000u;
+        q = r >> 13u;
+        rem = r & 0x1fffu;
+        half = 0x1000u;
+    } else {
+        // Below 2^-14: a subnormal f16, round(v · 2^24).
+        let e = a >> 23u;
+        if (e < 102u) {
+            return sign;
+        }
+        let m = (a & 0x7fffffu) | 0x800000u;
+        let shift = 126u - e;
+        q = m >> shift;
+        rem = m & ((1u << shift) - 1u);
+        half = 1u << (shift - 1u);
+    }
+    if (rem > half || (rem == half && (q & 1u) == 1u)) {
+        q += 1u;
+    }
+    return sign | q;
+}
+
+// Two f32 values as f16s in a word (the first in the low half), rounded
+// to nearest even.
+fn pack_f16(a: f32, b: f32) -> u32 {
+    return f16_bits(a) | (f16_bits(b) << 16u);
+}
+
 // Two f16 values packed in a u32 word, as f32. (Not through
 // bitcast<vec2<f16>>: naga 30's WGSL front end types that as a scalar.)
 fn h2(w: u32) -> vec2<f32> {

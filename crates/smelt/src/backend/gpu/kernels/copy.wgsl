@@ -76,7 +76,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     }
 #ifdef DST_F16
     let e = i * cols + 2u * c;
-    let word = pack2x16float(vec2<f32>(src_of(second, e), src_of(second, e + 1u)));
+    let word = pack_f16(src_of(second, e), src_of(second, e + 1u));
     let at = (u32(id) * cols) / 2u + c;
 #else
     let word = src_of(second, i * cols + c);
@@ -97,11 +97,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     if (e + 1u < n) {
-        dst[g] = pack2x16float(vec2<f32>(src_at(e), src_at(e + 1u)));
+        dst[g] = pack_f16(src_at(e), src_at(e + 1u));
     } else {
         // The odd last value: keep the other half of the word, which may
         // belong to the next row of a larger buffer.
-        dst[g] = (dst[g] & 0xffff0000u) | (pack2x16float(vec2<f32>(src_at(e), 0.0)) & 0xffffu);
+        dst[g] = (dst[g] & 0xffff0000u) | f16_bits(src_at(e));
     }
 #else
     if (g < n) {

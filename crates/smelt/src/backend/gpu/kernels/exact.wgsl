@@ -243,7 +243,7 @@ fn sincos_rn(t: f32) -> vec2<f32> {
 #endif
 
 fn f16_round(v: f32) -> f32 {
-    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
+    return unpack2x16float(f16_bits(v)).x;
 }
 
 #ifdef Q8
