@@ -198,6 +198,43 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
         });
         check(format!("attention f16 n={n}"), r);
     }
+    // Decode attention then a matmul: the GPU rounds the attention's
+    // output to Q8 inside it (AttentionQ8), one dispatch fewer.
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        let attn_matmul = |b: &mut dyn Backend, rng: &mut StdRng| {
+            let (ctx, hkv, hd) = (100, 3, 64);
+            let kc = f32s(b, rng, ctx, hkv * hd, 1.0);
+            let vc = f32s(b, rng, ctx, hkv * hd, 1.0);
+            let q = f32s(b, rng, 2, 9 * hd, 3.0);
+            let pos = i32s(b, &[40, 41]);
+            let seq = i32s(b, &[0, 0]);
+            let attn = b.alloc(F32, 2, 9 * hd).unwrap();
+            let ap = AttentionParams {
+                n_heads: 9,
+                n_kv_heads: 3,
+                head_dim: hd,
+                scale: 0.125,
+                ctx,
+                window: None,
+                softcap: None,
+            };
+            b.attention(q, kc, vc, pos, seq, &ap, attn).unwrap();
+            let w = weight(b, rng, t, 100, 9 * hd);
+            let out = b.alloc(F32, 2, 100).unwrap();
+            b.matmul(w, attn, out).unwrap();
+            out
+        };
+        let r = run(&mut p, &attn_matmul);
+        check(format!("attention + matmul {t}"), r);
+        let before = p.gpu.stats().dispatches;
+        attn_matmul(&mut p.gpu, &mut StdRng::seed_from_u64(1));
+        p.gpu.synchronize().unwrap();
+        assert_eq!(
+            p.gpu.stats().dispatches - before,
+            2,
+            "attention + matmul {t}: dispatches"
+        );
+    }
     // RoPE's sines and cosines are correctly rounded on the GPU while
     // glibc's sinf/cosf are within 0.56 ulp, and prefill attention sums in
     // another order: a few elements differ, which greedy decoding (gpu_e2e)

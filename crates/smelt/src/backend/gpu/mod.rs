@@ -94,6 +94,14 @@ enum Pending {
         ids: Tensor,
         dst: Tensor,
     },
+    /// Decode attention (q, caches, positions, slots, out; its parameters
+    /// and workgroups), whose output the next matmul rounds to Q8 inside
+    /// it (`AttentionQ8`).
+    Attention {
+        t: [Tensor; 6],
+        params: Params,
+        groups: u64,
+    },
     /// A repacked decode mat-vec (f32 mode) of Q8-rounded activations
     /// `x` (quants, scales, sums), `out = x · wᵀ`: a residual add of `out`
     /// next joins it.
@@ -219,6 +227,7 @@ impl Pending {
             | Pending::Add { out, .. }
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
+            Pending::Attention { t, .. } => t[5],
             Pending::SetRows { dst, .. } => dst,
         }
     }
@@ -230,6 +239,23 @@ impl Pending {
         match *self {
             Pending::Rope { x, pos, ref p, out } => rope_call((x, pos, p, out), None, aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
+            Pending::Attention { t, params, groups } => {
+                let [q, k, v, pos, seq, out] = t;
+                match q8 {
+                    None => (
+                        Kernel::Attention(k.dtype),
+                        params,
+                        vec![q, k, v, pos, seq, out, aux.tables],
+                        groups,
+                    ),
+                    Some([xq, xd, xs]) => (
+                        Kernel::AttentionQ8(k.dtype),
+                        params,
+                        vec![q, k, v, pos, seq, out, xq, xd, xs, aux.tables],
+                        groups,
+                    ),
+                }
+            }
             Pending::MatVec {
                 w,
                 x,
@@ -590,16 +616,17 @@ impl GpuBackend {
         self.run(kernel, params, &bound, groups)
     }
 
-    /// Holds a norm or GLU `p` back for fusing with the next matmul's Q8
-    /// rounding (every matmul in ggml's mode, repacked decode in f32 mode)
-    /// when its output is whole blocks of 32, and not in place; dispatches
-    /// it otherwise.
+    /// Holds a norm, GLU or decode attention `p` back for fusing with the
+    /// next matmul's Q8 rounding (every matmul in ggml's mode, repacked
+    /// decode in f32 mode) when its output is whole blocks of 32, and not
+    /// in place; dispatches it otherwise.
     fn defer(&mut self, p: Pending) -> Result<()> {
         self.flush_pending()?;
         let out = p.out();
         let in_place = match p {
             Pending::Norm { x, .. } => x.id == out.id,
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
+            Pending::Attention { t, .. } => t[0].id == out.id,
             _ => true,
         };
         let rounds = self.ctx.quantize_activations || self.ctx.features.fast_math;

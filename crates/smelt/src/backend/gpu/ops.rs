@@ -335,32 +335,41 @@ impl Backend for GpuBackend {
         // Prefill: one invocation per (head, row), no barriers; decode: a
         // workgroup per (row, head) so one row still fills the GPU.
         let per_row = q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4);
-        let (kernel, groups) = if per_row {
+        let params = params(&[
+            u(q.rows),
+            u(p.n_heads),
+            u(p.n_kv_heads),
+            u(p.head_dim),
+            u(p.ctx),
+            u(p.window.unwrap_or(0)),
+            // With a softcap ggml folds 1/cap into the scale.
+            P::F(p.softcap.map_or(p.scale, |cap| p.scale / cap)),
+            P::F(p.softcap.unwrap_or(0.0)),
+            u(k_cache.rows),
+        ]);
+        if per_row {
             let kernel = Kernel::AttentionRows {
                 kv: k_cache.dtype,
                 head_dim: p.head_dim as u32,
             };
-            (kernel, (q.rows * p.n_heads).div_ceil(64))
-        } else {
-            (Kernel::Attention(k_cache.dtype), q.rows * p.n_heads)
-        };
-        self.run(
-            kernel,
-            params(&[
-                u(q.rows),
-                u(p.n_heads),
-                u(p.n_kv_heads),
-                u(p.head_dim),
-                u(p.ctx),
-                u(p.window.unwrap_or(0)),
-                // With a softcap ggml folds 1/cap into the scale.
-                P::F(p.softcap.map_or(p.scale, |cap| p.scale / cap)),
-                P::F(p.softcap.unwrap_or(0.0)),
-                u(k_cache.rows),
-            ]),
-            &[q, k_cache, v_cache, pos, seq, out, self.tables],
-            groups as u64,
-        )
+            let groups = (q.rows * p.n_heads).div_ceil(64) as u64;
+            return self.run(
+                kernel,
+                params,
+                &[q, k_cache, v_cache, pos, seq, out, self.tables],
+                groups,
+            );
+        }
+        // Decode: held for the next matmul's Q8 rounding to join when a
+        // head is whole blocks of 32.
+        let t = [q, k_cache, v_cache, pos, seq, out];
+        let groups = (q.rows * p.n_heads) as u64;
+        if p.head_dim.is_multiple_of(32) {
+            return self.defer(Pending::Attention { t, params, groups });
+        }
+        let (kernel, params, bound, groups) =
+            Pending::Attention { t, params, groups }.dispatch(None, self.aux());
+        self.run(kernel, params, &bound, groups)
     }
 
     fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {

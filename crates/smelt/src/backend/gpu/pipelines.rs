@@ -143,6 +143,9 @@ pub enum Kernel {
     /// The cache type, F32 or F16: one workgroup per (row, head), keys
     /// spread over the workgroup (decode).
     Attention(GgmlType),
+    /// Decode attention that also rounds its output to Q8 blocks for the
+    /// matmul after it (`Pending::Attention`).
+    AttentionQ8(GgmlType),
     /// One invocation per (head, row), for a head size (prefill).
     AttentionRows {
         kv: GgmlType,
@@ -216,6 +219,10 @@ pub enum Access {
 
 /// Workgroup size of the kernels that reduce across a workgroup.
 const WG_MATVEC: u32 = 64;
+/// `matvec_blocks.wgsl`: on the H100, 128 with four blocks a step ran
+/// decode 0-7% faster than 64 with two (1b Q4_0, 1b Q8_0, 8b Q4_0: 515,
+/// 516, 207 t/s against 516, 488, 194); 32 and 256 were slower.
+const WG_MATVEC_DOT: u32 = 128;
 pub const WG_ROW: u32 = 256;
 const WG_ATTENTION: u32 = 64;
 
@@ -253,6 +260,8 @@ impl Kernel {
             Kernel::RopePair(RopeMode::Neox),
             Kernel::Attention(F32),
             Kernel::Attention(F16),
+            Kernel::AttentionQ8(F32),
+            Kernel::AttentionQ8(F16),
             Kernel::Softmax,
             Kernel::Argmax,
             Kernel::SetRows(F32),
@@ -324,6 +333,7 @@ impl Kernel {
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
             Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
+            Kernel::AttentionQ8(_) => &[RW, R, R, RW, RW, RW, RW, RW, RW, R],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
@@ -366,7 +376,7 @@ impl Kernel {
             // Repacked Q4_0 and Q8_0 decode: whole blocks per invocation.
             Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => {
                 type_defines(t, &mut def);
-                wg = WG_MATVEC;
+                wg = WG_MATVEC_DOT;
                 def("REDUCE4");
                 match self {
                     Kernel::MatVecMulti(_) => def("MULTI"),
@@ -435,9 +445,12 @@ impl Kernel {
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ROPE]);
             }
-            Kernel::Attention(kv) => {
+            Kernel::Attention(kv) | Kernel::AttentionQ8(kv) => {
                 if kv == GgmlType::F16 {
                     def("KV_F16");
+                }
+                if matches!(self, Kernel::AttentionQ8(_)) {
+                    def("Q8");
                 }
                 wg = WG_ATTENTION;
                 tables(&mut defines);

@@ -17,6 +17,10 @@
 // and no barriers. Neighbouring invocations are neighbouring rows of one
 // head, so they read the same keys.
 //
+// The Q8 define (decode) also rounds the output row to Q8 blocks for the
+// matmul after it (exact.wgsl's q8_word, as quantize.wgsl's Q8), a head
+// being whole blocks of 32: one dispatch fewer per layer.
+//
 // Params: 0 n (query rows), 1 n_heads, 2 n_kv_heads, 3 head_dim, 4 ctx,
 // 5 window (0: none), 6 scale (f32; over softcap when there is one),
 // 7 softcap (f32, 0: none), 8 cache rows.
@@ -43,6 +47,11 @@ fn kv2(w: u32) -> vec2<f32> {
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;   // (n, n_heads * head_dim)
+#ifdef Q8
+@group(0) @binding(7) var<storage, read_write> xq: array<u32>;    // (n, n_heads * head_dim / 4) quants, 4 per word
+@group(0) @binding(8) var<storage, read_write> xd: array<f32>;    // (n, n_heads * head_dim / 32) f16(d), widened
+@group(0) @binding(9) var<storage, read_write> xs: array<f32>;    // (n, n_heads * head_dim / 32) f16(d · Σq), widened
+#endif
 
 // Rounds to the cache type: f16 for an F16 cache.
 fn rh(v: f32) -> f32 {
@@ -50,7 +59,7 @@ fn rh(v: f32) -> f32 {
     return v;
 #endif
 #ifdef KV_F16
-    return unpack2x16float(pack2x16float(vec2<f32>(v, 0.0))).x;
+    return unpack2x16float(f16_bits(v)).x;
 #else
     return v;
 #endif
@@ -404,7 +413,29 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let d = lid + c * RED_WG;
         if (d < hd) {
             out[qb + d] = acc[c] * inv;
+#ifdef Q8
+            qs[d] = acc[c] * inv;
+#endif
         }
     }
+#ifdef Q8
+    // Four consecutive dims per invocation, through qs (the loop's last
+    // barrier came after every read of the query).
+    workgroupBarrier();
+    let live = 4u * lid < hd;
+    var v = vec4<f32>(0.0);
+    if (live) {
+        v = vec4<f32>(qs[4u * lid], qs[4u * lid + 1u], qs[4u * lid + 2u], qs[4u * lid + 3u]);
+    }
+    let qw = q8_word(v, lid);
+    if (live) {
+        let wi = qb / 4u + lid;
+        xq[wi] = qw.word;
+        if ((lid & 7u) == 0u) {
+            xd[wi / 8u] = qw.d;
+            xs[wi / 8u] = qw.s;
+        }
+    }
+#endif
 }
 #endif

@@ -15,8 +15,9 @@
 // compute-bound at ~20% of the bandwidth); here it is under one.
 //
 // Each invocation owns whole 32-value blocks (block b, b + WG, ...) of 4
-// rows at once, two blocks per step; a block's 8 activation words (two
-// 16-byte loads) and its scales are shared by the 4 rows. The 4 row sums
+// rows at once, four blocks per step (then two, then one); a block's 8
+// activation words (two 16-byte loads) and its scales are shared by the 4
+// rows. The 4 row sums
 // meet in one vec4 reduction.
 //
 // Params: 0 m (rows of w), 1 k (cols, a multiple of 32), 2 n (tokens),
@@ -151,11 +152,15 @@ fn firsts(r0: u32, m: u32, nb: u32) -> vec4<u32> {
     return min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(m - 1u)) * nb;
 }
 
-// The 4 rows' sums over this invocation's blocks, two blocks a step so
-// that both blocks' loads are in flight together.
+// The 4 rows' sums over this invocation's blocks, four blocks a step so
+// that their loads are in flight together.
 fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, lid: u32) -> vec4<f32> {
     var acc = vec4<f32>(0.0);
     var b = lid;
+    for (; b + 3u * RED_WG < nb; b += 4u * RED_WG) {
+        acc += (rows4(which, rb, b, xb) + rows4(which, rb, b + RED_WG, xb))
+            + (rows4(which, rb, b + 2u * RED_WG, xb) + rows4(which, rb, b + 3u * RED_WG, xb));
+    }
     for (; b + RED_WG < nb; b += 2u * RED_WG) {
         acc += rows4(which, rb, b, xb) + rows4(which, rb, b + RED_WG, xb);
     }
