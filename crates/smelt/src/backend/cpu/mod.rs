@@ -12,6 +12,7 @@
 mod attention;
 pub mod check;
 mod fast;
+mod gemm8;
 mod matmul;
 mod pool;
 mod q8;
