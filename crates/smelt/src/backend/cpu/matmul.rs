@@ -245,13 +245,12 @@ fn item_generic<M: Madd>(
                 }
             }
         }
-        #[cfg(target_arch = "x86_64")]
-        Acts::Q8(x) if M::AVX2 && !job.exact && gemm8::has_path(job.dtype) => {
+        Acts::Q8(x) if gemm8::has_kernel::<M>() && !job.exact && gemm8::has_path(job.dtype) => {
             // Prefill: 8 weight rows per integer vector, `GP` activation
             // rows at a time against each group of 8.
             const GP: usize = 4;
             let nb = k / q8::QK8;
-            buf.i.unpack(job.dtype, src, nb);
+            buf.i.unpack::<M>(job.dtype, src, nb);
             let w = &buf.i;
             let xrow = |i: usize| {
                 (
@@ -266,14 +265,14 @@ fn item_generic<M: Madd>(
                 for g in 0..w.groups {
                     let (j, cols) = (g * gemm8::ROWS, (nw - g * gemm8::ROWS).min(gemm8::ROWS));
                     if p == GP {
-                        let xs = [xrow(i), xrow(i + 1), xrow(i + 2), xrow(i + 3)];
-                        let t = gemm8::rows8::<GP>(job.dtype, w, g, xs);
+                        let xs: [_; GP] = std::array::from_fn(|r| xrow(i + r));
+                        let t = gemm8::rows8::<M, GP>(job.dtype, w, g, xs);
                         for (r, vals) in t.iter().enumerate() {
                             store(i + r, j, &vals[..cols]);
                         }
                     } else {
                         for r in 0..p {
-                            let t = gemm8::rows8::<1>(job.dtype, w, g, [xrow(i + r)]);
+                            let t = gemm8::rows8::<M, 1>(job.dtype, w, g, [xrow(i + r)]);
                             store(i + r, j, &t[0][..cols]);
                         }
                     }
@@ -664,6 +663,12 @@ mod tests {
                     best
                 };
                 let (old, new) = (time(true), time(false));
+                let mut il = Interleaved::default();
+                let t = std::time::Instant::now();
+                for _ in 0..1000 {
+                    il.unpack::<simd::Avx2Fma>(dtype, std::hint::black_box(&w), k / q8::QK8);
+                }
+                eprintln!("unpack {:.2} µs", t.elapsed().as_secs_f64() * 1e3);
                 eprintln!(
                     "{dtype:?} k={k}: exact {:.1} µs, gemm8 {:.1} µs, ×{:.2}",
                     old * 1e6,
