@@ -25,8 +25,8 @@ pub struct Fast {
     pool: ThreadPool,
     isa: Isa,
     /// Q4_0 and Q8_0 prefill matmuls in ggml's `vec_dot` order (bit for
-    /// bit llama.cpp's numbers) rather than the faster interleaved GEMM:
-    /// set by the environment variable `SMELT_CPU_EXACT=1`.
+    /// bit llama.cpp's numbers) rather than the faster interleaved GEMM
+    /// (see `CpuBackend::new_exact`).
     exact: bool,
     /// One per thread, grown on first use and kept.
     scratch: Vec<Mutex<matmul::Scratch>>,
@@ -38,13 +38,13 @@ pub struct Fast {
 }
 
 impl Fast {
-    pub fn new(n_threads: usize) -> std::io::Result<Self> {
+    pub fn new(n_threads: usize, exact: bool) -> std::io::Result<Self> {
         let pool = ThreadPool::new(n_threads)?;
         let scratch = (0..pool.n_threads()).map(|_| Mutex::default()).collect();
         Ok(Self {
             pool,
             isa: Isa::detect(),
-            exact: std::env::var_os("SMELT_CPU_EXACT").is_some_and(|v| v == "1"),
+            exact,
             scratch,
             q8: Q8Acts::default(),
             spans: Vec::new(),
