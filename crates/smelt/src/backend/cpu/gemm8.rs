@@ -4,8 +4,8 @@
 //! and one `fma` scale and add 8 outputs (AVX2 only).
 //!
 //! This is not ggml's `vec_dot` order ([`super::q8`] keeps that one, for
-//! decode, Q4_1, and when `SMELT_CPU_EXACT` asks for it), but the same
-//! terms: per output,
+//! decode, Q4_1, and in the exact mode: `CpuBackend::new_exact`,
+//! `SMELT_CPU_EXACT=1`), but the same terms: per output,
 //!
 //! ```text
 //! dot = Σ_b (d_w · d_x) · isum_b        (f32, one fma per block)
@@ -20,8 +20,8 @@
 //! Layout of [`Interleaved`]: groups of 8 weight rows (the last one padded
 //! with zero rows); per group and block 64 words of 4 bytes, word `8t + c`
 //! holding values `4t..4t+4` of row `c`'s block, one byte each (Q4_0: the
-//! nibbles 0..16, Q8_0: the signed quants); then per group and block the 8
-//! rows' scales. A 32-byte load at word `8t` is then values `4t..4t+4` of
+//! nibbles 0..16, Q8_0: the signed quants); and apart, per group and
+//! block, the 8 rows' scales. A 32-byte load at word `8t` is then values `4t..4t+4` of
 //! the 8 rows, and a broadcast of activation values `4t..4t+4` against it
 //! gives each row's products in its own 32-bit lane.
 //!

@@ -4,9 +4,10 @@
 //!
 //! Which matmuls take this order: every Q4_1 one, Q4_0 and Q8_0 decode
 //! (items of at most 2 activation rows), and Q4_0 and Q8_0 prefill where
-//! AVX2 is missing or `SMELT_CPU_EXACT=1` asks for it. Q4_0 and Q8_0 prefill
-//! on AVX2 otherwise takes [`super::gemm8`]: the same activation blocks and
-//! integer block sums, added to each output in another f32 order.
+//! AVX2 is missing or in the exact mode (`CpuBackend::new_exact`,
+//! `SMELT_CPU_EXACT=1`). Q4_0 and Q8_0 prefill on AVX2 otherwise takes
+//! [`super::gemm8`]: the same activation blocks and integer block sums,
+//! added to each output in another f32 order.
 //!
 //! Why copy ggml's arithmetic rather than dequantize the weights to f32: the
 //! 8-bit rounding of activations moves a small model's log-probabilities by
