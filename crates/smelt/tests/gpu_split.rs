@@ -1,9 +1,9 @@
 //! Weights over the binding limit: split by rows into parts under the limit
 //! for get_rows and matmul, or refused with the limit named. The limit is
 //! forced small (`GpuOptions::max_weight_binding_bytes`) so that any adapter
-//! splits; results are checked against the fast CPU backend, which the
-//! kernels match bit for bit (see gpu_exact.rs), and against the GPU
-//! without splitting for the other weight types.
+//! splits; results are checked against the fast CPU backend in its exact
+//! mode, which the kernels match bit for bit (see gpu_exact.rs), and
+//! against the GPU without splitting for the other weight types.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -91,7 +91,7 @@ fn weights_over_the_binding_limit_are_split_by_rows() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut split = split_gpu();
     let mut whole = GpuBackend::new(&GpuOptions::default()).unwrap();
-    let mut cpu = CpuBackend::new(2).unwrap();
+    let mut cpu = CpuBackend::new_exact(2).unwrap();
     let (m, k) = (300, 256);
     // Rows from every part, the first and last included.
     let ids = [0, 299, 57, 150, 1, 233, 64, 298];

@@ -24,6 +24,10 @@ const PARALLEL_MIN: usize = 1 << 16;
 pub struct Fast {
     pool: ThreadPool,
     isa: Isa,
+    /// Q4_0 and Q8_0 prefill matmuls in ggml's `vec_dot` order (bit for
+    /// bit llama.cpp's numbers) rather than the faster interleaved GEMM
+    /// (see `CpuBackend::new_exact`).
+    exact: bool,
     /// One per thread, grown on first use and kept.
     scratch: Vec<Mutex<matmul::Scratch>>,
     /// The current matmul's activations in Q8 blocks.
@@ -34,12 +38,13 @@ pub struct Fast {
 }
 
 impl Fast {
-    pub fn new(n_threads: usize) -> std::io::Result<Self> {
+    pub fn new(n_threads: usize, exact: bool) -> std::io::Result<Self> {
         let pool = ThreadPool::new(n_threads)?;
         let scratch = (0..pool.n_threads()).map(|_| Mutex::default()).collect();
         Ok(Self {
             pool,
             isa: Isa::detect(),
+            exact,
             scratch,
             q8: Q8Acts::default(),
             spans: Vec::new(),
@@ -69,6 +74,7 @@ impl Fast {
         matmul::matmul(
             &mut self.pool,
             self.isa,
+            self.exact,
             &self.scratch,
             w,
             dtype,
@@ -99,6 +105,7 @@ impl Fast {
         matmul::matmuls(
             &mut self.pool,
             self.isa,
+            self.exact,
             &self.scratch,
             ws,
             k,

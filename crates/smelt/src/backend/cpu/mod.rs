@@ -4,14 +4,16 @@
 //! - [`CpuBackend::reference`] runs every op with the loops of
 //!   [`reference`]: the oracle for every other backend.
 //! - [`CpuBackend::new`] runs them on one persistent thread pool with
-//!   vectorized kernels ([`fast`], `matmul`, `attention`), weights kept in
-//!   their GGUF type.
+//!   vectorized kernels ([`fast`], `matmul`, `gemm8`, `attention`), weights
+//!   kept in their GGUF type; [`CpuBackend::new_exact`] keeps every
+//!   quantized matmul in ggml's order (bit for bit llama.cpp's numbers).
 //!
 //! Ops execute at once; there is nothing to record or submit.
 
 mod attention;
 pub mod check;
 mod fast;
+mod gemm8;
 mod matmul;
 mod pool;
 mod q8;
@@ -49,9 +51,23 @@ impl CpuBackend {
     }
 
     /// The fast backend on a pool of `n_threads` threads (the caller's
-    /// included).
+    /// included). Q4_0 and Q8_0 prefill matmuls take the interleaved GEMM
+    /// (`gemm8`), not ggml's order, unless the environment sets
+    /// `SMELT_CPU_EXACT=1` (then it is [`CpuBackend::new_exact`]).
     pub fn new(n_threads: usize) -> Result<Self> {
-        let fast = fast::Fast::new(n_threads)
+        let exact = std::env::var_os("SMELT_CPU_EXACT").is_some_and(|v| v == "1");
+        Self::with_exact(n_threads, exact)
+    }
+
+    /// The fast backend with every quantized matmul in ggml's order: bit
+    /// for bit llama.cpp's CPU numbers and the GPU backend's ggml mode
+    /// (Q4_0 and Q8_0 prefill 1.4-1.7× slower than [`CpuBackend::new`]'s).
+    pub fn new_exact(n_threads: usize) -> Result<Self> {
+        Self::with_exact(n_threads, true)
+    }
+
+    fn with_exact(n_threads: usize, exact: bool) -> Result<Self> {
+        let fast = fast::Fast::new(n_threads, exact)
             .map_err(|e| BackendError::Other(format!("cannot start CPU threads: {e}")))?;
         Ok(Self {
             fast: Some(fast),

@@ -2,6 +2,13 @@
 //! rounded to 8-bit blocks once per matmul, integer dot products per
 //! 32-value block, scaled and summed in f32.
 //!
+//! Which matmuls take this order: every Q4_1 one, Q4_0 and Q8_0 decode
+//! (items of at most 2 activation rows), and Q4_0 and Q8_0 prefill where
+//! AVX2 is missing or in the exact mode (`CpuBackend::new_exact`,
+//! `SMELT_CPU_EXACT=1`). Q4_0 and Q8_0 prefill on AVX2 otherwise takes
+//! [`super::gemm8`]: the same activation blocks and integer block sums,
+//! added to each output in another f32 order.
+//!
 //! Why copy ggml's arithmetic rather than dequantize the weights to f32: the
 //! 8-bit rounding of activations moves a small model's log-probabilities by
 //! tenths of a nat, and which way depends on every earlier rounding. An
@@ -46,6 +53,9 @@ pub struct Q8Acts {
     /// `n × k/2` sums `8·(q[2i] + q[2i+1])`, what Q4_0's unsigned nibbles
     /// take off each pair ([`Kind::Offset8`]); AVX2 quantizing only.
     pub x8: Vec<i16>,
+    /// `n × nb` sums `8·Σq` per block, what Q4_0's unsigned nibbles take off
+    /// a block's dot product in [`super::gemm8`].
+    pub sum8: Vec<i32>,
 }
 
 impl Q8Acts {
@@ -78,6 +88,7 @@ impl Q8Acts {
         self.qs.resize(n, 0);
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
+        self.sum8.resize(nb, 0);
     }
 
     #[inline(always)]
@@ -100,6 +111,7 @@ impl Q8Acts {
             }
             self.d[b] = f16::from_f32(d).to_f32();
             self.s[b] = f16::from_f32(d * sum as f32).to_f32();
+            self.sum8[b] = 8 * sum;
         }
     }
 }
@@ -494,7 +506,12 @@ mod avx2 {
             .chunks_exact(QK8)
             .zip(acts.qs.chunks_exact_mut(QK8))
             .zip(acts.x8.chunks_exact_mut(QK8 / 2));
-        for (((xb, qb), x8), (d, s)) in blocks.zip(acts.d.iter_mut().zip(acts.s.iter_mut())) {
+        let scales = acts
+            .d
+            .iter_mut()
+            .zip(acts.s.iter_mut())
+            .zip(acts.sum8.iter_mut());
+        for (((xb, qb), x8), ((d, s), sum8)) in blocks.zip(scales) {
             // SAFETY: `xb` is 32 readable f32s; loadu needs no alignment.
             let v: [__m256; 4] =
                 std::array::from_fn(|j| unsafe { _mm256_loadu_ps(xb[8 * j..].as_ptr()) });
@@ -530,7 +547,9 @@ mod avx2 {
                 _mm256_storeu_si256(x8.as_mut_ptr().cast(), _mm256_maddubs_epi16(eights, bytes))
             };
             *d = f16::from_f32(dv).to_f32();
-            *s = f16::from_f32(dv * sums.iter().sum::<i32>() as f32).to_f32();
+            let sum = sums.iter().sum::<i32>();
+            *s = f16::from_f32(dv * sum as f32).to_f32();
+            *sum8 = 8 * sum;
         }
     }
 
@@ -730,6 +749,7 @@ mod tests {
             assert_eq!(qa.qs, qb.qs);
             assert_eq!(qa.d, qb.d);
             assert_eq!(qa.s, qb.s);
+            assert_eq!(qa.sum8, qb.sum8);
             let mut u = Unpacked::default();
             u.unpack_portable(dtype, &w);
             let mut ua = Unpacked::default();
