@@ -902,6 +902,85 @@ fn f32_mode_matmuls_of_one_input() {
     b.assert_passed(seed);
 }
 
+/// A layer's ropes and cache writes: Q's and K's ropes, K's rotated rows
+/// and V's rows into their caches. In normal mode the GPU records all four
+/// as one dispatch (RopeStore), in NEOX mode as two (RopePair,
+/// SetRowsPair); in both arithmetics every output against the CPU, and the
+/// dispatch counts.
+#[test]
+fn ropes_and_cache_writes_of_a_layer() {
+    for f32_mode in [false, true] {
+        let (seed, mut b) = if f32_mode {
+            f32_mode_bench()
+        } else {
+            let seed = seed();
+            (seed, Bench::new(seed, GpuOptions::default()))
+        };
+        let (rows, hd) = (3usize, 64usize);
+        let pos: Vec<i32> = (0..rows).map(|_| b.rng.gen_range(0..300)).collect();
+        let pos = b.i32s(&pos);
+        let ids = b.i32s(&[5, 0, 7]);
+        for mode in [RopeMode::Normal, RopeMode::Neox] {
+            for cache_t in [F32, F16] {
+                let (q, k, v) = (
+                    b.f32s(rows, 4 * hd, 1.0),
+                    b.f32s(rows, 2 * hd, 1.0),
+                    b.f32s(rows, 2 * hd, 1.0),
+                );
+                let (kc, vc) = (b.output(cache_t, 9, 2 * hd), b.output(cache_t, 9, 2 * hd));
+                let zeros = vec![0u8; kc.gpu.n_bytes()];
+                for t in [kc, vc] {
+                    b.cpu.write(t.cpu, &zeros).unwrap();
+                    b.gpu.write(t.gpu, &zeros).unwrap();
+                }
+                let layer = |be: &mut dyn Backend, g: bool| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    let rope = |n_heads| RopeParams {
+                        mode,
+                        n_heads,
+                        head_dim: hd,
+                        n_dims: hd,
+                        freq_base: 10000.0,
+                        freq_scale: 1.0,
+                        freq_factors: None,
+                    };
+                    // In place, as the model ropes.
+                    be.rope(p(q), p(pos), &rope(4), p(q))?;
+                    be.rope(p(k), p(pos), &rope(2), p(k))?;
+                    be.set_rows(p(k), p(ids), p(kc))?;
+                    be.set_rows(p(v), p(ids), p(vc))
+                };
+                let tol = if cache_t == F16 { 1e-6 } else { 1e-9 };
+                for (name, out) in [("k cache", kc), ("v cache", vc)] {
+                    let what = format!(
+                        "ropes+cache writes f32 mode {f32_mode} {mode:?} {cache_t}: {name}"
+                    );
+                    b.check(&what, tol, out, layer);
+                }
+                // The ropes themselves (in place: q and k now rotated once
+                // more on each side, as the checks above ran the layer).
+                for (name, t, cols) in [("q", q, 4 * hd), ("k", k, 2 * hd)] {
+                    let copy = b.output(F32, rows, cols);
+                    let what = format!(
+                        "ropes+cache writes f32 mode {f32_mode} {mode:?} {cache_t}: {name}"
+                    );
+                    b.check(&what, 1e-9, copy, |be, g| {
+                        let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                        be.copy(p(t), p(copy))
+                    });
+                }
+                let before = b.gpu.stats().dispatches;
+                layer(&mut b.gpu, true).unwrap();
+                b.gpu.synchronize().unwrap();
+                let d = b.gpu.stats().dispatches - before;
+                let want = if mode == RopeMode::Normal { 1 } else { 2 };
+                assert_eq!(d, want, "ropes+cache writes {mode:?} {cache_t}: dispatches");
+            }
+        }
+        b.assert_passed(seed);
+    }
+}
+
 /// The f32-activation mode pairs the rope of K with that of Q, and the
 /// cache write of V with that of K, in one dispatch each: both outputs of
 /// each pair against the CPU.

@@ -24,7 +24,7 @@ pub use pipelines::{
     ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
 
-use crate::backend::{Caps, Result, RopeParams, Stats, Tensor, WeightData};
+use crate::backend::{Caps, Result, RopeMode, RopeParams, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
 
 use buffers::Buffers;
@@ -86,6 +86,17 @@ enum Pending {
         pos: Tensor,
         p: RopeParams,
         out: Tensor,
+    },
+    /// Two ropes (normal mode): K's cache write next joins them, then V's
+    /// (`RopeStore`); anything else dispatches them as a `RopePair`, or with
+    /// K's write (`store`, cache rows `ids` of `kc`) a `RopeStore` without V.
+    Ropes {
+        q: (Tensor, Tensor),
+        /// K's input, output and heads (`p` has Q's).
+        k: (Tensor, Tensor, usize),
+        pos: Tensor,
+        p: RopeParams,
+        store: Option<(Tensor, Tensor)>,
     },
     /// A KV-cache write: one with the same ids into a cache of the same
     /// shape next (V after K) joins it in one dispatch.
@@ -188,6 +199,37 @@ fn matvec_call(
     (kernel, params, bound, (blocks * n) as u64)
 }
 
+/// Q's and K's ropes (normal mode; K's input, output and heads in `k`),
+/// K's rotated rows written to cache rows `ids` of `kc` and, with `v =
+/// (v, vc)`, V's rows to `vc` alike: one dispatch (`RopeStore`), two
+/// values per invocation.
+fn rope_store_call(
+    ((x, out), k, pos, p): (
+        (Tensor, Tensor),
+        (Tensor, Tensor, usize),
+        Tensor,
+        &RopeParams,
+    ),
+    (ids, kc): (Tensor, Tensor),
+    v: Option<(Tensor, Tensor)>,
+    aux: Aux,
+) -> Call {
+    let (x2, out2, heads2) = (k.0, k.1, k.2);
+    let (_, mut params, _, _) = rope_call((x, pos, p, out), Some((x2, heads2, out2)), aux);
+    let vcols = v.map_or(0, |(v, _)| v.cols);
+    params[8] = kc.rows as u32;
+    params[9] = vcols as u32;
+    let pairs = x.rows * (p.n_heads + heads2) * p.head_dim / 2 + x.rows * vcols / 2;
+    let (v, vc) = v.unwrap_or((aux.dummy, aux.dummy));
+    let ff = p.freq_factors.unwrap_or(aux.dummy);
+    (
+        Kernel::RopeStore(kc.dtype),
+        params,
+        vec![x, pos, out, ff, x2, out2, ids, kc, v, vc, aux.tables],
+        pairs.div_ceil(64) as u64,
+    )
+}
+
 /// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
 /// invocation per value, or per pair of values of an F16 cache.
 fn set_rows_call(
@@ -227,6 +269,7 @@ impl Pending {
             | Pending::Add { out, .. }
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
+            Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
             Pending::Attention { t, .. } => t[5],
             Pending::SetRows { dst, .. } => dst,
         }
@@ -238,6 +281,20 @@ impl Pending {
     fn dispatch(&self, q8: Option<[Tensor; 3]>, aux: Aux) -> Call {
         match *self {
             Pending::Rope { x, pos, ref p, out } => rope_call((x, pos, p, out), None, aux),
+            Pending::Ropes {
+                q: (x, out),
+                k,
+                pos,
+                ref p,
+                store: None,
+            } => rope_call((x, pos, p, out), Some((k.0, k.2, k.1)), aux),
+            Pending::Ropes {
+                q,
+                k,
+                pos,
+                ref p,
+                store: Some((ids, kc)),
+            } => rope_store_call((q, k, pos, p), (ids, kc), None, aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
             Pending::Attention { t, params, groups } => {
                 let [q, k, v, pos, seq, out] = t;
@@ -664,9 +721,22 @@ impl GpuBackend {
                 .iter()
                 .all(|&id| id != x1.id && id != out1.id && id != pos.id);
             if pos1 == pos && same && apart {
+                self.wrote(out);
+                let ropes = Pending::Ropes {
+                    q: (x1, out1),
+                    k: (x, out, p.n_heads),
+                    pos,
+                    p: p1,
+                    store: None,
+                };
+                // Normal mode: K's pairs are neighbours, whole f16 words of
+                // its cache row, for its cache write to join.
+                if p.mode == RopeMode::Normal {
+                    self.pending = Some(ropes);
+                    return Ok(());
+                }
                 self.pending = None;
-                let (kernel, params, bound, groups) =
-                    rope_call((x1, pos, &p1, out1), Some((x, p.n_heads, out)), self.aux());
+                let (kernel, params, bound, groups) = ropes.dispatch(None, self.aux());
                 return self.run(kernel, params, &bound, groups);
             }
         }
@@ -676,9 +746,54 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// Holds a KV-cache write back, or dispatches it
-    /// paired with the one held if that one has the same ids and shapes.
+    /// Holds a KV-cache write back: with the ropes held if it writes K's
+    /// rotated rows, or alone; or dispatches it with what is held, the
+    /// ropes and K's write (`RopeStore`) or K's write (`SetRowsPair`), if
+    /// it is V's with the same ids and shapes.
     fn set_rows_paired(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+        if let Some(Pending::Ropes {
+            q,
+            k,
+            pos,
+            p,
+            store,
+        }) = self.pending
+        {
+            let (x, out) = q;
+            let read = [x, out, k.0, k.1, pos, ids];
+            match store {
+                // K's cache write: rows of K's rotated output.
+                None if src == k.1
+                    && dst.cols == src.cols
+                    && read.iter().all(|t| t.id != dst.id) =>
+                {
+                    self.wrote(dst);
+                    self.pending = Some(Pending::Ropes {
+                        q,
+                        k,
+                        pos,
+                        p,
+                        store: Some((ids, dst)),
+                    });
+                    return Ok(());
+                }
+                // V's: the same ids into a cache like K's.
+                Some((ids1, kc))
+                    if ids1 == ids
+                        && (src.rows, src.cols) == (k.1.rows, k.1.cols)
+                        && (dst.dtype, dst.rows, dst.cols) == (kc.dtype, kc.rows, kc.cols)
+                        && src.id != kc.id
+                        && read.iter().chain([&kc]).all(|t| t.id != dst.id) =>
+                {
+                    self.pending = None;
+                    self.wrote(dst);
+                    let (kernel, params, bound, groups) =
+                        rope_store_call((q, k, pos, &p), (ids, kc), Some((src, dst)), self.aux());
+                    return self.run(kernel, params, &bound, groups);
+                }
+                _ => {}
+            }
+        }
         if let Some(Pending::SetRows {
             src: src1,
             ids: ids1,

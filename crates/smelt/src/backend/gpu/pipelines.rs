@@ -140,6 +140,9 @@ pub enum Kernel {
     Rope(RopeMode),
     /// Two ropes at the same positions (Q and K) in one dispatch.
     RopePair(RopeMode),
+    /// Q's and K's ropes (normal mode) with K's and V's cache writes (the
+    /// cache type, F32 or F16) in one dispatch.
+    RopeStore(GgmlType),
     /// The cache type, F32 or F16: one workgroup per (row, head), keys
     /// spread over the workgroup (decode).
     Attention(GgmlType),
@@ -258,6 +261,8 @@ impl Kernel {
             Kernel::Rope(RopeMode::Neox),
             Kernel::RopePair(RopeMode::Normal),
             Kernel::RopePair(RopeMode::Neox),
+            Kernel::RopeStore(F32),
+            Kernel::RopeStore(F16),
             Kernel::Attention(F32),
             Kernel::Attention(F16),
             Kernel::AttentionQ8(F32),
@@ -332,6 +337,7 @@ impl Kernel {
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
+            Kernel::RopeStore(_) => &[RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, R],
             Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
             Kernel::AttentionQ8(_) => &[RW, R, R, RW, RW, RW, RW, RW, RW, R],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
@@ -441,6 +447,15 @@ impl Kernel {
                 }
                 if matches!(self, Kernel::RopePair(_)) {
                     def("PAIR");
+                }
+                tables(&mut defines);
+                parts.extend([src::EXACT, src::ROPE]);
+            }
+            Kernel::RopeStore(cache) => {
+                def("PAIR");
+                def("STORE");
+                if cache == GgmlType::F16 {
+                    def("CACHE_F16");
                 }
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ROPE]);

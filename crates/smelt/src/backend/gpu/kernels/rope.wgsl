@@ -9,8 +9,16 @@
 // = freq_scale · theta (/ factor), libm's cosf/sinf (sincos_rn), and
 // x0·cos − x1·sin, x0·sin + x1·cos fused as a C compiler contracts them.
 //
+// The STORE define (with PAIR, normal mode: a pair is two neighbouring
+// values) also writes the second tensor's rotated rows into a KV cache at
+// rows ids[row] (K's cache write), and copies a third tensor's rows into
+// another cache the same way (V's), two values per invocation after the
+// ropes': the rope of Q and K and both cache writes in one dispatch. An id
+// outside the cache writes nothing.
+//
 // Params: 0 rows, 1 n_heads, 2 head_dim, 3 n_dims, 4 theta_scale (f32),
-// 5 freq_scale (f32), 6 has freq_factors.
+// 5 freq_scale (f32), 6 has freq_factors, 7 heads of the second tensor;
+// STORE: 8 cache rows, 9 values of a V row (0: no V).
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, n_heads * head_dim)
 @group(0) @binding(2) var<storage, read_write> pos: array<i32>;   // (rows)
@@ -21,6 +29,64 @@
 // heads: invocations past the first's go there.
 @group(0) @binding(5) var<storage, read_write> x2: array<f32>;    // (rows, heads2 * head_dim)
 @group(0) @binding(6) var<storage, read_write> out2: array<f32>;  // (rows, heads2 * head_dim)
+#endif
+#ifdef STORE
+@group(0) @binding(7) var<storage, read_write> ids: array<i32>;   // (rows) cache rows
+#ifdef CACHE_F16
+@group(0) @binding(8) var<storage, read_write> kc: array<u32>;    // (cache rows, heads2 * head_dim / 2) f16 pairs
+#else
+@group(0) @binding(8) var<storage, read_write> kc: array<f32>;    // (cache rows, heads2 * head_dim)
+#endif
+@group(0) @binding(9) var<storage, read_write> v: array<f32>;     // (rows, vcols)
+#ifdef CACHE_F16
+@group(0) @binding(10) var<storage, read_write> vc: array<u32>;   // (cache rows, vcols / 2) f16 pairs
+#else
+@group(0) @binding(10) var<storage, read_write> vc: array<f32>;   // (cache rows, vcols)
+#endif
+
+// The cache row of input row `row`, or -1 for an id outside the cache.
+fn slot(row: u32) -> i32 {
+    let id = ids[row];
+    return select(id, -1, id < 0 || u32(id) >= pu(8));
+}
+
+// Values a, b at even column c of K's row `row`, into its cache row.
+fn store_k(row: u32, c: u32, a: f32, b: f32) {
+    let id = slot(row);
+    if (id < 0) {
+        return;
+    }
+    let at = u32(id) * pu(7) * pu(2) + c;
+#ifdef CACHE_F16
+    kc[at / 2u] = pack_f16(a, b);
+#else
+    kc[at] = a;
+    kc[at + 1u] = b;
+#endif
+}
+
+// Pair j of V (values 2j, 2j + 1 of its rows), into its cache row.
+fn store_v(j: u32) {
+    let half_row = pu(9) / 2u;
+    let row = j / half_row;
+    if (row >= pu(0)) {
+        return;
+    }
+    let id = slot(row);
+    if (id < 0) {
+        return;
+    }
+    let c = 2u * (j % half_row);
+    let a = v[row * pu(9) + c];
+    let b = v[row * pu(9) + c + 1u];
+    let at = u32(id) * pu(9) + c;
+#ifdef CACHE_F16
+    vc[at / 2u] = pack_f16(a, b);
+#else
+    vc[at] = a;
+    vc[at + 1u] = b;
+#endif
+}
 #endif
 
 fn ld(second: bool, i: u32) -> f32 {
@@ -50,6 +116,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let n_dims = pu(3);
     let half_pairs = hd / 2u;
     var second = false;
+#ifdef STORE
+    let ropes = pu(0) * (n_heads + pu(7)) * half_pairs;
+    if (g >= ropes) {
+        store_v(g - ropes);
+        return;
+    }
+#endif
 #ifdef PAIR
     if (g >= pu(0) * n_heads * half_pairs) {
         g -= pu(0) * n_heads * half_pairs;
@@ -70,8 +143,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #else
         let i0 = base + 2u * p;
 #endif
-        st(second, i0, ld(second, i0));
-        st(second, i0 + 1u, ld(second, i0 + 1u));
+        let a = ld(second, i0);
+        let b = ld(second, i0 + 1u);
+        st(second, i0, a);
+        st(second, i0 + 1u, b);
+#ifdef STORE
+        if (second) {
+            store_k(row, i0 - row * n_heads * hd, a, b);
+        }
+#endif
         return;
     }
 #ifdef NEOX
@@ -95,6 +175,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let sc = sincos_rn(pf(5) * theta);
     let x0 = ld(second, i0);
     let x1 = ld(second, i1);
-    st(second, i0, fmaf(x0, sc.y, -(x1 * sc.x)));
-    st(second, i1, fmaf(x0, sc.x, x1 * sc.y));
+    let y0 = fmaf(x0, sc.y, -(x1 * sc.x));
+    let y1 = fmaf(x0, sc.x, x1 * sc.y);
+    st(second, i0, y0);
+    st(second, i1, y1);
+#ifdef STORE
+    if (second) {
+        store_k(row, i0 - row * n_heads * hd, y0, y1);
+    }
+#endif
 }
