@@ -290,7 +290,7 @@ fn f32_to_f16_rounds_to_nearest_even() {
         f32::MIN_POSITIVE,
     ];
     v.extend(v.clone().iter().map(|x| -x));
-    for _ in 0..4000 {
+    for _ in 0..4200 {
         let e = rng.gen_range(-30i32..18);
         v.push(rng.gen_range(-1.0f32..1.0) * 2f32.powi(e));
     }
@@ -316,4 +316,39 @@ fn f32_to_f16_rounds_to_nearest_even() {
         bad.len(),
         &bad[..bad.len().min(10)]
     );
+
+    // The same values (finite in f16) rounded in registers (`f16_round`:
+    // F16 weights' activations, attention's f16 rounding), read back
+    // through an F16 identity matmul (a sum with zeros: -0 comes back
+    // as 0), 64 rows of 64.
+    let finite: Vec<f32> = v
+        .iter()
+        .copied()
+        .filter(|x| x.abs() < 65504.0)
+        .take(64 * 64)
+        .collect();
+    assert_eq!(finite.len(), 64 * 64);
+    let x = gpu.alloc(F32, 64, 64).unwrap();
+    gpu.write(x, bytemuck::cast_slice(&finite)).unwrap();
+    let eye: Vec<u8> = (0..64 * 64)
+        .flat_map(|i| half::f16::from_f32(if i / 64 == i % 64 { 1.0 } else { 0.0 }).to_le_bytes())
+        .collect();
+    let w = gpu
+        .load_weight(
+            "eye",
+            F16,
+            64,
+            64,
+            smelt::backend::WeightData::from_vec(eye),
+        )
+        .unwrap();
+    let out = gpu.alloc(F32, 64, 64).unwrap();
+    gpu.matmul(w, x, out).unwrap();
+    let got = gpu.read_f32(out).unwrap();
+    let bad = finite
+        .iter()
+        .zip(&got)
+        .filter(|(x, g)| half::f16::from_f32(**x).to_f32() != **g)
+        .count();
+    assert_eq!(bad, 0, "f16_round: {bad} of {} differ", finite.len());
 }

@@ -59,7 +59,7 @@ fn rh(v: f32) -> f32 {
     return v;
 #endif
 #ifdef KV_F16
-    return unpack2x16float(f16_bits(v)).x;
+    return f16_round(v);
 #else
     return v;
 #endif

@@ -70,6 +70,19 @@ fn f16_bits(v: f32) -> u32 {
     return sign | q;
 }
 
+// v rounded to the nearest f16, ties to even, as an f32: in the normal
+// range by adding half an f16 ulp (less one, plus the kept bit for the
+// tie) and clearing the 13 dropped bits, a few integer operations where
+// f16_bits takes tens; subnormals and overflow through f16_bits.
+fn f16_round(v: f32) -> f32 {
+    let b = bitcast<u32>(v);
+    let a = b & 0x7fffffffu;
+    if (a >= 0x38800000u && a < 0x477ff000u) {
+        return bitcast<f32>((b + 0x0fffu + ((b >> 13u) & 1u)) & ~0x1fffu);
+    }
+    return unpack2x16float(f16_bits(v)).x;
+}
+
 // Two f32 values as f16s in a word (the first in the low half), rounded
 // to nearest even.
 fn pack_f16(a: f32, b: f32) -> u32 {

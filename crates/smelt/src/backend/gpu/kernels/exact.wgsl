@@ -242,9 +242,6 @@ fn sincos_rn(t: f32) -> vec2<f32> {
 }
 #endif
 
-fn f16_round(v: f32) -> f32 {
-    return unpack2x16float(f16_bits(v)).x;
-}
 
 #ifdef Q8
 // Activations rounded as ggml's quantize_row_q8_1 (quantize.wgsl, and
