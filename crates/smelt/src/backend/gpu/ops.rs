@@ -15,7 +15,8 @@ use super::pipelines::{
 };
 use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
-/// Largest head the attention kernel holds (4 dims per invocation of 64).
+/// Largest head the attention kernel holds (its rows' kernel keeps a row in
+/// registers; decode: up to 4 dims per invocation of WG_ATTENTION).
 const MAX_HEAD_DIM: usize = 256;
 
 /// Above this many query rows attention runs one invocation per (head,

@@ -227,7 +227,10 @@ const WG_MATVEC: u32 = 64;
 /// 516, 207 t/s against 516, 488, 194); 32 and 256 were slower.
 const WG_MATVEC_DOT: u32 = 128;
 pub const WG_ROW: u32 = 256;
-const WG_ATTENTION: u32 = 64;
+/// Decode attention: on the H200, 128 ran tg128 0-5% faster than 64 (1b
+/// Q4_0, 1b Q8_0, 8b Q4_0: 562, 542, 240 t/s against 527-546, 531-547,
+/// 228-229), 256 no better overall (its attention −22%).
+const WG_ATTENTION: u32 = 128;
 
 impl Kernel {
     /// Every kernel the backend can build, for the naga/Metal test.
