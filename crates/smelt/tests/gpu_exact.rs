@@ -20,6 +20,19 @@ struct Pair {
     rng: StdRng,
 }
 
+/// Attention of 9 query heads over 3 KV heads of `hd` values.
+fn gqa(hd: usize, ctx: usize) -> AttentionParams {
+    AttentionParams {
+        n_heads: 9,
+        n_kv_heads: 3,
+        head_dim: hd,
+        scale: 0.125,
+        ctx,
+        window: None,
+        softcap: None,
+    }
+}
+
 /// Runs `op` on both and returns (elements, differing elements, worst
 /// difference in units of the last place).
 fn run(p: &mut Pair, op: &dyn Fn(&mut dyn Backend, &mut StdRng) -> Tensor) -> (usize, usize, u32) {
@@ -185,15 +198,7 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
             let pos = i32s(b, &pos);
             let seq = i32s(b, &vec![0; n]);
             let out = b.alloc(F32, n, 9 * hd).unwrap();
-            let ap = AttentionParams {
-                n_heads: 9,
-                n_kv_heads: 3,
-                head_dim: hd,
-                scale: 0.125,
-                ctx,
-                window: None,
-                softcap: None,
-            };
+            let ap = gqa(hd, ctx);
             b.attention(q, kc, vc, pos, seq, &ap, out).unwrap();
             out
         });
@@ -210,15 +215,7 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
             let pos = i32s(b, &[40, 41]);
             let seq = i32s(b, &[0, 0]);
             let attn = b.alloc(F32, 2, 9 * hd).unwrap();
-            let ap = AttentionParams {
-                n_heads: 9,
-                n_kv_heads: 3,
-                head_dim: hd,
-                scale: 0.125,
-                ctx,
-                window: None,
-                softcap: None,
-            };
+            let ap = gqa(hd, ctx);
             b.attention(q, kc, vc, pos, seq, &ap, attn).unwrap();
             let w = weight(b, rng, t, 100, 9 * hd);
             let out = b.alloc(F32, 2, 100).unwrap();

@@ -104,6 +104,13 @@ impl Bench {
         }
     }
 
+    /// Zeroes an output on both backends (a cache that ops write rows of).
+    fn zero(&mut self, t: Pair) {
+        let zeros = vec![0u8; t.gpu.n_bytes()];
+        self.cpu.write(t.cpu, &zeros).unwrap();
+        self.gpu.write(t.gpu, &zeros).unwrap();
+    }
+
     /// A weight of random GGUF blocks with finite scales.
     fn weight(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Pair {
         let bytes = random_blocks(&mut self.rng, dtype, rows * cols);
@@ -902,6 +909,19 @@ fn f32_mode_matmuls_of_one_input() {
     b.assert_passed(seed);
 }
 
+/// A rope of `n_heads` heads of `hd` values, all rotated, base 10000.
+fn rope_params(mode: RopeMode, n_heads: usize, hd: usize) -> RopeParams {
+    RopeParams {
+        mode,
+        n_heads,
+        head_dim: hd,
+        n_dims: hd,
+        freq_base: 10000.0,
+        freq_scale: 1.0,
+        freq_factors: None,
+    }
+}
+
 /// A layer's ropes and cache writes: Q's and K's ropes, K's rotated rows
 /// and V's rows into their caches. In normal mode the GPU records all four
 /// as one dispatch (RopeStore), in NEOX mode as two (RopePair,
@@ -928,22 +948,11 @@ fn ropes_and_cache_writes_of_a_layer() {
                     b.f32s(rows, 2 * hd, 1.0),
                 );
                 let (kc, vc) = (b.output(cache_t, 9, 2 * hd), b.output(cache_t, 9, 2 * hd));
-                let zeros = vec![0u8; kc.gpu.n_bytes()];
-                for t in [kc, vc] {
-                    b.cpu.write(t.cpu, &zeros).unwrap();
-                    b.gpu.write(t.gpu, &zeros).unwrap();
-                }
+                b.zero(kc);
+                b.zero(vc);
                 let layer = |be: &mut dyn Backend, g: bool| {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
-                    let rope = |n_heads| RopeParams {
-                        mode,
-                        n_heads,
-                        head_dim: hd,
-                        n_dims: hd,
-                        freq_base: 10000.0,
-                        freq_scale: 1.0,
-                        freq_factors: None,
-                    };
+                    let rope = |n_heads| rope_params(mode, n_heads, hd);
                     // In place, as the model ropes.
                     be.rope(p(q), p(pos), &rope(4), p(q))?;
                     be.rope(p(k), p(pos), &rope(2), p(k))?;
@@ -1000,15 +1009,7 @@ fn f32_mode_paired_ropes_and_cache_writes() {
                 out,
                 |be, g| {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
-                    let rope = |n_heads| RopeParams {
-                        mode,
-                        n_heads,
-                        head_dim: hd,
-                        n_dims: hd,
-                        freq_base: 10000.0,
-                        freq_scale: 1.0,
-                        freq_factors: None,
-                    };
+                    let rope = |n_heads| rope_params(mode, n_heads, hd);
                     be.rope(p(q), p(pos), &rope(4), p(qo))?;
                     be.rope(p(k), p(pos), &rope(2), p(ko))
                 },
@@ -1019,11 +1020,8 @@ fn f32_mode_paired_ropes_and_cache_writes() {
     for cache_t in [F32, F16] {
         let (k, v) = (b.f32s(rows, 2 * hd, 1.0), b.f32s(rows, 2 * hd, 1.0));
         let (kc, vc) = (b.output(cache_t, 9, 2 * hd), b.output(cache_t, 9, 2 * hd));
-        let zeros = vec![0u8; kc.gpu.n_bytes()];
-        for t in [kc, vc] {
-            b.cpu.write(t.cpu, &zeros).unwrap();
-            b.gpu.write(t.gpu, &zeros).unwrap();
-        }
+        b.zero(kc);
+        b.zero(vc);
         for (i, out) in [kc, vc].into_iter().enumerate() {
             b.check(
                 &format!("paired set_rows {cache_t} out {i}"),

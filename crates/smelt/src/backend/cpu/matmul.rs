@@ -491,37 +491,7 @@ pub fn dequantize_rows(
 mod tests {
     use super::*;
 
-    /// Deterministic pseudo-random bytes (xorshift).
-    fn bytes(seed: u64, n: usize) -> Vec<u8> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                s as u8
-            })
-            .collect()
-    }
-
-    /// `m` rows of random `dtype` blocks with small finite scales.
-    fn weights(dtype: GgmlType, m: usize, k: usize, seed: u64) -> Vec<u8> {
-        let size = dtype.type_size();
-        let mut w = bytes(seed, m * k / q8::QK8 * size);
-        for (i, blk) in w.chunks_exact_mut(size).enumerate() {
-            let d = f16::from_f32(((i % 13) as f32 - 6.0) * 0.003 + 0.0005);
-            blk[..2].copy_from_slice(&d.to_le_bytes());
-        }
-        w
-    }
-
-    fn acts(n: usize, k: usize, seed: u64) -> Vec<f32> {
-        bytes(seed, n * k)
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| (b as i8) as f32 * 0.01 * (1 + i % 5) as f32)
-            .collect()
-    }
+    use crate::backend::cpu::q8::tests::{acts, weights};
 
     /// `Σ_b d_w·d_x·isum_b` per output in f64, from the GGUF blocks and
     /// the quantized activations, and per output the sum of the terms'

@@ -687,12 +687,12 @@ mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::backend::cpu::simd::Fused;
 
     /// Deterministic pseudo-random bytes (xorshift).
-    fn bytes(seed: u64, n: usize) -> Vec<u8> {
+    pub(in crate::backend::cpu) fn bytes(seed: u64, n: usize) -> Vec<u8> {
         let mut s = seed | 1;
         (0..n)
             .map(|_| {
@@ -705,7 +705,12 @@ mod tests {
     }
 
     /// `m` rows of random `dtype` blocks with small finite scales.
-    fn weights(dtype: GgmlType, m: usize, k: usize, seed: u64) -> Vec<u8> {
+    pub(in crate::backend::cpu) fn weights(
+        dtype: GgmlType,
+        m: usize,
+        k: usize,
+        seed: u64,
+    ) -> Vec<u8> {
         let size = dtype.type_size();
         let mut w = bytes(seed, m * k / QK8 * size);
         for (i, blk) in w.chunks_exact_mut(size).enumerate() {
@@ -719,7 +724,8 @@ mod tests {
         w
     }
 
-    fn acts(n: usize, k: usize, seed: u64) -> Vec<f32> {
+    /// `n` rows of `k` activations of a few magnitudes.
+    pub(in crate::backend::cpu) fn acts(n: usize, k: usize, seed: u64) -> Vec<f32> {
         bytes(seed, n * k)
             .iter()
             .enumerate()

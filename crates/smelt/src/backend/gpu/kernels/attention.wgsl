@@ -18,7 +18,7 @@
 // head, so they read the same keys.
 //
 // The Q8 define (decode) also rounds the output row to Q8 blocks for the
-// matmul after it (exact.wgsl's q8_word, as quantize.wgsl's Q8), a head
+// matmul after it (exact.wgsl's q8_store, as quantize.wgsl's Q8), a head
 // being whole blocks of 32: one dispatch fewer per layer.
 //
 // Params: 0 n (query rows), 1 n_heads, 2 n_kv_heads, 3 head_dim, 4 ctx,
@@ -427,15 +427,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (live) {
         v = vec4<f32>(qs[4u * lid], qs[4u * lid + 1u], qs[4u * lid + 2u], qs[4u * lid + 3u]);
     }
-    let qw = q8_word(v, lid);
-    if (live) {
-        let wi = qb / 4u + lid;
-        xq[wi] = qw.word;
-        if ((lid & 7u) == 0u) {
-            xd[wi / 8u] = qw.d;
-            xs[wi / 8u] = qw.s;
-        }
-    }
+    q8_store(v, lid, live, qb / 4u + lid);
 #endif
 }
 #endif

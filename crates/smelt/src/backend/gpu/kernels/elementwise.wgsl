@@ -5,7 +5,7 @@
 // GELU are the fast CPU backend's, bit for bit (exact.wgsl).
 //
 // The Q8 define (SILU_MUL and GELU_MUL) fuses the next matmul's
-// activation rounding (exact.wgsl's q8_word, as quantize.wgsl's Q8) on
+// activation rounding (exact.wgsl's q8_store, as quantize.wgsl's Q8) on
 // the values written: one invocation per word of 4 values.
 //
 // Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32).
@@ -52,14 +52,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             out[4u * g + e] = v[e];
         }
     }
-    let q = q8_word(v, lid);
-    if (live) {
-        xq[g] = q.word;
-        if ((lid & 7u) == 0u) {
-            xd[g / 8u] = q.d;
-            xs[g / 8u] = q.s;
-        }
-    }
+    q8_store(v, lid, live, g);
 }
 #else
 @compute @workgroup_size(256)

@@ -8,7 +8,7 @@
 // out = x · scale · w in that order.
 //
 // The Q8 define (with WEIGHT) fuses the next matmul's activation rounding
-// (quantize.wgsl's Q8, exact.wgsl's q8_word) on the values written: one
+// (quantize.wgsl's Q8, exact.wgsl's q8_store) on the values written: one
 // dispatch instead of two before Q, K, V and gate, up. A row is then spread
 // over `parts` workgroups of one invocation per word of 4 values; each
 // workgroup sums the whole row's squares first, the same way (the same
@@ -126,14 +126,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         out[b + c + 2u] = v.z;
         out[b + c + 3u] = v.w;
     }
-    let q = q8_word(v, lid);
-    if (live) {
-        xq[b / 4u + c4] = q.word;
-        if ((lid & 7u) == 0u) {
-            xd[(b / 4u + c4) / 8u] = q.d;
-            xs[(b / 4u + c4) / 8u] = q.s;
-        }
-    }
+    q8_store(v, lid, live, b / 4u + c4);
     return;
 #endif
     var o = lid;

@@ -34,7 +34,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #endif
 
 #ifdef Q8
-// One invocation per word of 4 values (exact.wgsl's q8_word).
+// One invocation per word of 4 values (exact.wgsl's q8_store).
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg) * {{WG}}u + lid;
@@ -43,14 +43,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     if (live) {
         v = vec4<f32>(x[4u * g], x[4u * g + 1u], x[4u * g + 2u], x[4u * g + 3u]);
     }
-    let q = q8_word(v, lid);
-    if (live) {
-        xq[g] = q.word;
-        if ((lid & 7u) == 0u) {
-            xd[g / 8u] = q.d;
-            xs[g / 8u] = q.s;
-        }
-    }
+    q8_store(v, lid, live, g);
 }
 #endif
 
