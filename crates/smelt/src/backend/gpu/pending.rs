@@ -1,0 +1,589 @@
+//! Fusion: an op held back (`Pending`) and recorded with the op after it
+//! when the two fuse, as one dispatch; anything else first dispatches it as
+//! it is (`GpuBackend::run`, writes, reads, syncs).
+//!
+//! - A norm, GLU or decode attention with the next matmul's Q8 rounding
+//!   (`RmsNormQ8`, `GluQ8`, `AttentionQ8`; in `GpuBackend::matmul_input`).
+//! - A residual add into the repacked decode mat-vec before it
+//!   (`MatVecDot` with `residual`), or else into the rms_norm after it
+//!   (`AddRmsNorm`), in the f32 mode.
+//! - Q's and K's ropes with K's and V's cache writes (`RopeStore`;
+//!   `RopePair`, `SetRowsPair`).
+//!
+//! Each op's dispatch (kernel, parameters, bindings, workgroups) is built by
+//! a `*_call` function, so an op held back and the same op recorded at
+//! once are the same dispatch.
+
+use crate::backend::{Result, RopeMode, RopeParams, Tensor};
+use crate::quant::GgmlType;
+
+use super::pipelines::{Elementwise, Kernel, WG_ROW};
+use super::recorder::Params;
+use super::{GpuBackend, P, params};
+
+/// An op held back, recorded later with the op that follows if they fuse:
+/// a norm or GLU with the next matmul's Q8 rounding (`RmsNormQ8`,
+/// `GluQ8`), a residual add inside the norm after it (`AddRmsNorm`) or the
+/// mat-vec before it (`MatVecDot`), paired ropes and cache writes.
+#[derive(Clone, Copy)]
+pub(super) enum Pending {
+    /// `rms_norm(x, w, eps, out)`.
+    Norm {
+        x: Tensor,
+        w: Tensor,
+        eps: f32,
+        out: Tensor,
+    },
+    /// `out = act(gate) · up` (SiluMul or GeluMul).
+    Glu {
+        op: Elementwise,
+        gate: Tensor,
+        up: Tensor,
+        out: Tensor,
+    },
+    /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
+    /// next takes it in (`AddRmsNorm`).
+    Add { a: Tensor, b: Tensor, out: Tensor },
+    /// A rope: a rope at the same positions and with the same frequencies
+    /// next (K after Q) joins it in one dispatch.
+    Rope {
+        x: Tensor,
+        pos: Tensor,
+        p: RopeParams,
+        out: Tensor,
+    },
+    /// Two ropes (normal mode): K's cache write next joins them, then V's
+    /// (`RopeStore`); anything else dispatches them as a `RopePair`, or with
+    /// K's write (`store`, cache rows `ids` of `kc`) a `RopeStore` without V.
+    Ropes {
+        q: (Tensor, Tensor),
+        /// K's input, output and heads (`p` has Q's).
+        k: (Tensor, Tensor, usize),
+        pos: Tensor,
+        p: RopeParams,
+        store: Option<(Tensor, Tensor)>,
+    },
+    /// A KV-cache write: one with the same ids into a cache of the same
+    /// shape next (V after K) joins it in one dispatch.
+    SetRows {
+        src: Tensor,
+        ids: Tensor,
+        dst: Tensor,
+    },
+    /// Decode attention (q, caches, positions, slots, out; its parameters
+    /// and workgroups), whose output the next matmul rounds to Q8 inside
+    /// it (`AttentionQ8`).
+    Attention {
+        t: [Tensor; 6],
+        params: Params,
+        groups: u64,
+    },
+    /// A repacked decode mat-vec (f32 mode) of Q8-rounded activations
+    /// `x` (quants, scales, sums), `out = x · wᵀ`: a residual add of `out`
+    /// next joins it.
+    MatVec {
+        w: Tensor,
+        x: [Tensor; 3],
+        out: Tensor,
+        /// `row_param` of `w`.
+        row_param: usize,
+    },
+}
+
+/// Tensors a held-back dispatch may bind besides its own: the dummy for an
+/// absent input and the exact.wgsl tables.
+#[derive(Clone, Copy)]
+pub(super) struct Aux {
+    dummy: Tensor,
+    tables: Tensor,
+}
+
+/// One dispatch: kernel, parameters, bindings, workgroups.
+pub(super) type Call = (Kernel, Params, Vec<Tensor>, u64);
+
+/// A rope of `x` (and, paired, of `x2` into `out2` with its own heads) at
+/// `pos`: one invocation per pair of values.
+fn rope_call(
+    (x, pos, p, out): (Tensor, Tensor, &RopeParams, Tensor),
+    pair: Option<(Tensor, usize, Tensor)>,
+    aux: Aux,
+) -> Call {
+    // ggml's theta_scale, with the CPU's powf.
+    let theta_scale = p.freq_base.powf(-2.0 / p.n_dims as f32);
+    let heads2 = pair.map_or(0, |(_, h, _)| h);
+    let params = params(&[
+        P::U(x.rows as u32),
+        P::U(p.n_heads as u32),
+        P::U(p.head_dim as u32),
+        P::U(p.n_dims as u32),
+        P::F(theta_scale),
+        P::F(p.freq_scale),
+        P::U(u32::from(p.freq_factors.is_some())),
+        P::U(heads2 as u32),
+    ]);
+    let ff = p.freq_factors.unwrap_or(aux.dummy);
+    let groups = (x.rows * (p.n_heads + heads2) * p.head_dim / 2).div_ceil(64) as u64;
+    match pair {
+        None => (
+            Kernel::Rope(p.mode),
+            params,
+            vec![x, pos, out, ff, aux.tables],
+            groups,
+        ),
+        Some((x2, _, out2)) => (
+            Kernel::RopePair(p.mode),
+            params,
+            vec![x, pos, out, ff, x2, out2, aux.tables],
+            groups,
+        ),
+    }
+}
+
+/// A repacked decode mat-vec `out = x · wᵀ` over whole rows of `out`,
+/// with `resid = (res, sum)` the residual add `sum = res + out`.
+fn matvec_call(
+    (w, [xq, xd, _], out, row_param): (Tensor, [Tensor; 3], Tensor, usize),
+    resid: Option<(Tensor, Tensor)>,
+) -> Call {
+    let (m, n, blocks) = (w.rows, out.rows, w.rows.div_ceil(4));
+    let params = params(&[
+        P::U(m as u32),
+        P::U(w.cols as u32),
+        P::U(n as u32),
+        P::U(row_param as u32),
+        P::U(blocks as u32),
+        P::U(m as u32),
+        P::U(0),
+    ]);
+    let mut bound = vec![w, xq, xd, out];
+    bound.extend(resid.into_iter().flat_map(|(res, sum)| [res, sum]));
+    let kernel = Kernel::MatVecDot {
+        t: w.dtype,
+        residual: resid.is_some(),
+    };
+    (kernel, params, bound, (blocks * n) as u64)
+}
+
+/// Q's and K's ropes (normal mode; K's input, output and heads in `k`),
+/// K's rotated rows written to cache rows `ids` of `kc` and, with `v =
+/// (v, vc)`, V's rows to `vc` alike: one dispatch (`RopeStore`), two
+/// values per invocation.
+fn rope_store_call(
+    ((x, out), k, pos, p): (
+        (Tensor, Tensor),
+        (Tensor, Tensor, usize),
+        Tensor,
+        &RopeParams,
+    ),
+    (ids, kc): (Tensor, Tensor),
+    v: Option<(Tensor, Tensor)>,
+    aux: Aux,
+) -> Call {
+    let (x2, out2, heads2) = (k.0, k.1, k.2);
+    let (_, mut params, _, _) = rope_call((x, pos, p, out), Some((x2, heads2, out2)), aux);
+    let vcols = v.map_or(0, |(v, _)| v.cols);
+    params[8] = kc.rows as u32;
+    params[9] = vcols as u32;
+    let pairs = x.rows * (p.n_heads + heads2) * p.head_dim / 2 + x.rows * vcols / 2;
+    let (v, vc) = v.unwrap_or((aux.dummy, aux.dummy));
+    let ff = p.freq_factors.unwrap_or(aux.dummy);
+    (
+        Kernel::RopeStore(kc.dtype),
+        params,
+        vec![x, pos, out, ff, x2, out2, ids, kc, v, vc, aux.tables],
+        pairs.div_ceil(64) as u64,
+    )
+}
+
+/// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
+/// invocation per value, or per pair of values of an F16 cache.
+fn set_rows_call(
+    (src, ids, dst): (Tensor, Tensor, Tensor),
+    pair: Option<(Tensor, Tensor)>,
+) -> Call {
+    let n = ids.n_elements();
+    let per_row = if dst.dtype == GgmlType::F16 {
+        dst.cols / 2
+    } else {
+        dst.cols
+    };
+    let params = params(&[P::U(n as u32), P::U(dst.cols as u32), P::U(dst.rows as u32)]);
+    let calls = if pair.is_some() { 2 } else { 1 };
+    let groups = (calls * n * per_row).div_ceil(256) as u64;
+    match pair {
+        None => (
+            Kernel::SetRows(dst.dtype),
+            params,
+            vec![src, dst, ids],
+            groups,
+        ),
+        Some((src2, dst2)) => (
+            Kernel::SetRowsPair(dst.dtype),
+            params,
+            vec![src, dst, ids, src2, dst2],
+            groups,
+        ),
+    }
+}
+
+impl Pending {
+    pub(super) fn out(&self) -> Tensor {
+        match *self {
+            Pending::Norm { out, .. }
+            | Pending::Glu { out, .. }
+            | Pending::Add { out, .. }
+            | Pending::Rope { out, .. }
+            | Pending::MatVec { out, .. } => out,
+            Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
+            Pending::Attention { t, .. } => t[5],
+            Pending::SetRows { dst, .. } => dst,
+        }
+    }
+
+    /// The kernel, parameters, bindings and workgroups of the op alone,
+    /// or (`q8`: quants, scales, sums) fused with the Q8 rounding of its
+    /// output.
+    pub(super) fn dispatch(&self, q8: Option<[Tensor; 3]>, aux: Aux) -> Call {
+        match *self {
+            Pending::Rope { x, pos, ref p, out } => rope_call((x, pos, p, out), None, aux),
+            Pending::Ropes {
+                q: (x, out),
+                k,
+                pos,
+                ref p,
+                store: None,
+            } => rope_call((x, pos, p, out), Some((k.0, k.2, k.1)), aux),
+            Pending::Ropes {
+                q,
+                k,
+                pos,
+                ref p,
+                store: Some((ids, kc)),
+            } => rope_store_call((q, k, pos, p), (ids, kc), None, aux),
+            Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
+            Pending::Attention { t, params, groups } => {
+                let [q, k, v, pos, seq, out] = t;
+                match q8 {
+                    None => (
+                        Kernel::Attention(k.dtype),
+                        params,
+                        vec![q, k, v, pos, seq, out, aux.tables],
+                        groups,
+                    ),
+                    Some([xq, xd, xs]) => (
+                        Kernel::AttentionQ8(k.dtype),
+                        params,
+                        vec![q, k, v, pos, seq, out, xq, xd, xs, aux.tables],
+                        groups,
+                    ),
+                }
+            }
+            Pending::MatVec {
+                w,
+                x,
+                out,
+                row_param,
+            } => matvec_call((w, x, out, row_param), None),
+            Pending::Norm { x, w, eps, out } => {
+                // With the rounding, a row in parts of WG_ROW words.
+                let parts = (x.cols / 4).div_ceil(WG_ROW as usize).max(1);
+                let p = params(&[
+                    P::U(x.rows as u32),
+                    P::U(x.cols as u32),
+                    P::F(eps),
+                    P::U(parts as u32),
+                ]);
+                match q8 {
+                    None => (
+                        Kernel::RmsNorm { weight: true },
+                        p,
+                        vec![x, out, w],
+                        x.rows as u64,
+                    ),
+                    Some([xq, xd, xs]) => (
+                        Kernel::RmsNormQ8,
+                        p,
+                        vec![x, out, w, xq, xd, xs],
+                        (x.rows * parts) as u64,
+                    ),
+                }
+            }
+            Pending::Add { a, b, out } => {
+                let n = a.n_elements();
+                let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
+                (
+                    Kernel::Elementwise(Elementwise::Add),
+                    p,
+                    vec![a, out, b],
+                    n.div_ceil(256) as u64,
+                )
+            }
+            Pending::Glu { op, gate, up, out } => {
+                let n = gate.n_elements();
+                let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
+                match q8 {
+                    None => (
+                        Kernel::Elementwise(op),
+                        p,
+                        vec![gate, out, up],
+                        n.div_ceil(256) as u64,
+                    ),
+                    // One invocation per word of 4 values.
+                    Some([xq, xd, xs]) => (
+                        Kernel::GluQ8(op),
+                        p,
+                        vec![gate, out, up, xq, xd, xs],
+                        (n / 4).div_ceil(WG_ROW as usize) as u64,
+                    ),
+                }
+            }
+        }
+    }
+}
+
+impl GpuBackend {
+    /// Dispatches the held-back op, if any, as it is.
+    pub(super) fn flush_pending(&mut self) -> Result<()> {
+        let Some(p) = self.pending.take() else {
+            return Ok(());
+        };
+        let (kernel, params, bound, groups) = p.dispatch(None, self.aux());
+        self.run(kernel, params, &bound, groups)
+    }
+
+    /// Holds a norm, GLU or decode attention `p` back for fusing with the
+    /// next matmul's Q8 rounding (every matmul in ggml's mode, repacked
+    /// decode in f32 mode) when its output is whole blocks of 32, and not
+    /// in place; dispatches it otherwise.
+    pub(super) fn defer(&mut self, p: Pending) -> Result<()> {
+        self.flush_pending()?;
+        let out = p.out();
+        let in_place = match p {
+            Pending::Norm { x, .. } => x.id == out.id,
+            Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
+            Pending::Attention { t, .. } => t[0].id == out.id,
+            _ => true,
+        };
+        let rounds = self.ctx.quantize_activations || self.ctx.features.fast_math;
+        if rounds && out.cols.is_multiple_of(32) && !in_place {
+            self.acts_of = None;
+            self.pending = Some(p);
+            return Ok(());
+        }
+        let (kernel, params, bound, groups) = p.dispatch(None, self.aux());
+        self.run(kernel, params, &bound, groups)
+    }
+
+    pub(super) fn aux(&self) -> Aux {
+        Aux {
+            dummy: self.dummy,
+            tables: self.tables,
+        }
+    }
+
+    /// Holds a rope back, or dispatches it paired with
+    /// the one held if that one has the same positions and frequencies.
+    pub(super) fn rope_paired(
+        &mut self,
+        x: Tensor,
+        pos: Tensor,
+        p: &RopeParams,
+        out: Tensor,
+    ) -> Result<()> {
+        if let Some(Pending::Rope {
+            x: x1,
+            pos: pos1,
+            p: p1,
+            out: out1,
+        }) = self.pending
+        {
+            let same = RopeParams {
+                n_heads: p.n_heads,
+                ..p1
+            } == *p;
+            let apart = [x.id, out.id]
+                .iter()
+                .all(|&id| id != x1.id && id != out1.id && id != pos.id);
+            if pos1 == pos && same && apart {
+                self.wrote(out);
+                let ropes = Pending::Ropes {
+                    q: (x1, out1),
+                    k: (x, out, p.n_heads),
+                    pos,
+                    p: p1,
+                    store: None,
+                };
+                // Normal mode: K's pairs are neighbours, whole f16 words of
+                // its cache row, for its cache write to join.
+                if p.mode == RopeMode::Normal {
+                    self.pending = Some(ropes);
+                    return Ok(());
+                }
+                self.pending = None;
+                let (kernel, params, bound, groups) = ropes.dispatch(None, self.aux());
+                return self.run(kernel, params, &bound, groups);
+            }
+        }
+        self.flush_pending()?;
+        self.wrote(out);
+        self.pending = Some(Pending::Rope { x, pos, p: *p, out });
+        Ok(())
+    }
+
+    /// Holds a KV-cache write back: with the ropes held if it writes K's
+    /// rotated rows, or alone; or dispatches it with what is held, the
+    /// ropes and K's write (`RopeStore`) or K's write (`SetRowsPair`), if
+    /// it is V's with the same ids and shapes.
+    pub(super) fn set_rows_paired(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+        if let Some(Pending::Ropes {
+            q,
+            k,
+            pos,
+            p,
+            store,
+        }) = self.pending
+        {
+            let (x, out) = q;
+            let read = [x, out, k.0, k.1, pos, ids];
+            match store {
+                // K's cache write: rows of K's rotated output.
+                None if src == k.1
+                    && dst.cols == src.cols
+                    && read.iter().all(|t| t.id != dst.id) =>
+                {
+                    self.wrote(dst);
+                    self.pending = Some(Pending::Ropes {
+                        q,
+                        k,
+                        pos,
+                        p,
+                        store: Some((ids, dst)),
+                    });
+                    return Ok(());
+                }
+                // V's: the same ids into a cache like K's.
+                Some((ids1, kc))
+                    if ids1 == ids
+                        && (src.rows, src.cols) == (k.1.rows, k.1.cols)
+                        && (dst.dtype, dst.rows, dst.cols) == (kc.dtype, kc.rows, kc.cols)
+                        && src.id != kc.id
+                        && read.iter().chain([&kc]).all(|t| t.id != dst.id) =>
+                {
+                    self.pending = None;
+                    self.wrote(dst);
+                    let (kernel, params, bound, groups) =
+                        rope_store_call((q, k, pos, &p), (ids, kc), Some((src, dst)), self.aux());
+                    return self.run(kernel, params, &bound, groups);
+                }
+                _ => {}
+            }
+        }
+        if let Some(Pending::SetRows {
+            src: src1,
+            ids: ids1,
+            dst: dst1,
+        }) = self.pending
+        {
+            let same = ids1 == ids
+                && (src1.rows, src1.cols) == (src.rows, src.cols)
+                && (dst1.dtype, dst1.rows, dst1.cols) == (dst.dtype, dst.rows, dst.cols)
+                && src1.dtype == src.dtype;
+            let apart = [src.id, dst.id]
+                .iter()
+                .all(|&id| id != src1.id && id != dst1.id && id != ids.id);
+            if same && apart {
+                self.pending = None;
+                let (kernel, params, bound, groups) =
+                    set_rows_call((src1, ids, dst1), Some((src, dst)));
+                return self.run(kernel, params, &bound, groups);
+            }
+        }
+        self.flush_pending()?;
+        self.wrote(dst);
+        self.pending = Some(Pending::SetRows { src, ids, dst });
+        Ok(())
+    }
+
+    /// Holds a residual add back (f32 activations), for an rms_norm of its
+    /// sum to take in.
+    pub(super) fn defer_add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        self.flush_pending()?;
+        self.wrote(out);
+        self.pending = Some(Pending::Add { a, b, out });
+        Ok(())
+    }
+
+    /// The rms_norm (with weight `w`) of a held-back add's sum, in one
+    /// dispatch with the add; false if no such add is pending.
+    pub(super) fn norm_of_pending_add(
+        &mut self,
+        x: Tensor,
+        w: Tensor,
+        eps: f32,
+        out: Tensor,
+    ) -> Result<bool> {
+        let Some(Pending::Add { a, b, out: sum }) = self.pending else {
+            return Ok(false);
+        };
+        if sum != x || out.id == sum.id || out.id == a.id || out.id == b.id {
+            return Ok(false);
+        }
+        self.pending = None;
+        self.run(
+            Kernel::AddRmsNorm,
+            params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]),
+            &[a, out, w, b, sum],
+            x.rows as u64,
+        )?;
+        Ok(true)
+    }
+
+    /// Holds a repacked decode mat-vec back (f32 mode, whole rows of
+    /// `out`) for a residual add to join.
+    pub(super) fn hold_matvec(&mut self, w: Tensor, x: [Tensor; 3], out: Tensor, row_param: usize) {
+        self.wrote(out);
+        self.pending = Some(Pending::MatVec {
+            w,
+            x,
+            out,
+            row_param,
+        });
+    }
+
+    /// The residual add `sum = a + b` of a held-back mat-vec's output, in
+    /// one dispatch with it; false if no such mat-vec is held, or if the
+    /// add touches what the mat-vec reads.
+    pub(super) fn matvec_with_residual(
+        &mut self,
+        a: Tensor,
+        b: Tensor,
+        sum: Tensor,
+    ) -> Result<bool> {
+        let Some(Pending::MatVec {
+            w,
+            x,
+            out,
+            row_param,
+        }) = self.pending
+        else {
+            return Ok(false);
+        };
+        let res = match (a == out, b == out) {
+            (_, true) => a,
+            (true, false) => b,
+            (false, false) => return Ok(false),
+        };
+        // Not a tensor the mat-vec reads (bound read-only).
+        let clash = [w, x[0], x[1]]
+            .iter()
+            .any(|t| t.id == res.id || t.id == sum.id);
+        if clash || (res.rows, res.cols) != (out.rows, out.cols) {
+            return Ok(false);
+        }
+        self.pending = None;
+        self.wrote(sum);
+        let (kernel, params, bound, groups) = matvec_call((w, x, out, row_param), Some((res, sum)));
+        self.run(kernel, params, &bound, groups)?;
+        Ok(true)
+    }
+}
