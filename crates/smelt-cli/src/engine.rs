@@ -53,9 +53,10 @@ pub struct BackendArgs {
     /// stderr
     #[arg(long)]
     pub verbose: bool,
-    /// GPU: the fast mode: matmul activations in f32 rather than rounded
-    /// as ggml does (its Q8 blocks), plain hardware arithmetic, tensor
-    /// cores where the adapter has them; not bit for bit llama.cpp
+    /// GPU: the fast mode: plain hardware arithmetic, f32 activations for
+    /// prefill (tensor cores where the adapter has them), Q4_0/Q8_0 decode
+    /// on Q8 blocks with integer dot products as llama.cpp's GPU backends;
+    /// not bit for bit llama.cpp's CPU
     #[arg(long)]
     pub gpu_f32_acts: bool,
     /// GPU: time every kernel with timestamp queries (each dispatch in its

@@ -119,7 +119,9 @@ pub struct GpuOptions {
     pub shader_bounds_checks: bool,
     /// Round a matmul's activations as ggml does (8-bit blocks for
     /// quantized weights, f16 for F16 weights), to follow llama.cpp's
-    /// numbers; off, activations stay f32 (the CPU reference's maths).
+    /// numbers; off (the fast mode), activations stay f32 (the CPU
+    /// reference's maths) but for Q4_0/Q8_0 decode, which rounds them to
+    /// 8-bit blocks for integer dot products.
     pub quantize_activations: bool,
     /// A binding limit for weights below the adapter's, to test weight
     /// splitting on any adapter; `None`: the adapter's.
