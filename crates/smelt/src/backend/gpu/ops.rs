@@ -10,6 +10,7 @@ use crate::backend::{
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
+use super::pending::matvec_call;
 use super::pipelines::{
     Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
@@ -241,8 +242,7 @@ impl Backend for GpuBackend {
                         "matmul: Q8 activations expected".into(),
                     ));
                 };
-                let row_param = self.row_param(w.dtype, w.cols);
-                self.hold_matvec(w, q8, out, row_param);
+                self.hold_matvec(w, q8, out);
                 Ok(())
             }
             None => self.matmul_cols(w, x, out, 0),
@@ -477,17 +477,9 @@ impl GpuBackend {
         self.wrote(out);
         match input {
             // f32 mode's repacked decode (a part of a split weight).
-            MatIn::Q8([xq, xd, _]) if self.ctx.features.repacks(w.dtype) => {
-                let blocks = m.div_ceil(4);
-                self.run(
-                    Kernel::MatVecDot {
-                        t: w.dtype,
-                        residual: false,
-                    },
-                    params(&[u(m), u(k), u(n), u(row_bytes), u(blocks), u(ldo), u(o0)]),
-                    &[w, xq, xd, out],
-                    (blocks * n) as u64,
-                )
+            MatIn::Q8(q8) if self.ctx.features.repacks(w.dtype) => {
+                let (kernel, params, bound, groups) = matvec_call((w, q8, out), o0, None);
+                self.run(kernel, params, &bound, groups)
             }
             MatIn::Q8([xq, xd, xs]) => {
                 // ggml's integer lanes: 16 rows per workgroup, TT tokens

@@ -85,8 +85,6 @@ pub(super) enum Pending {
         w: Tensor,
         x: [Tensor; 3],
         out: Tensor,
-        /// `row_param` of `w`.
-        row_param: usize,
     },
 }
 
@@ -139,21 +137,25 @@ fn rope_call(
     }
 }
 
-/// A repacked decode mat-vec `out = x · wᵀ` over whole rows of `out`,
-/// with `resid = (res, sum)` the residual add `sum = res + out`.
-fn matvec_call(
-    (w, [xq, xd, _], out, row_param): (Tensor, [Tensor; 3], Tensor, usize),
+/// A repacked decode mat-vec `out[:, o0 .. o0 + w.rows] = x · wᵀ` (o0 >
+/// 0: a part of a split weight) on Q8-rounded `x`, with `resid = (res,
+/// sum)` the residual add `sum = res + out` (whole rows of `out`).
+pub(super) fn matvec_call(
+    (w, [xq, xd, _], out): (Tensor, [Tensor; 3], Tensor),
+    o0: usize,
     resid: Option<(Tensor, Tensor)>,
 ) -> Call {
     let (m, n, blocks) = (w.rows, out.rows, w.rows.div_ceil(4));
+    // A repacked row's offsets count blocks.
+    let row_blocks = w.cols / w.dtype.block_size();
     let params = params(&[
         P::U(m as u32),
         P::U(w.cols as u32),
         P::U(n as u32),
-        P::U(row_param as u32),
+        P::U(row_blocks as u32),
         P::U(blocks as u32),
-        P::U(m as u32),
-        P::U(0),
+        P::U(out.cols as u32),
+        P::U(o0 as u32),
     ]);
     let mut bound = vec![w, xq, xd, out];
     bound.extend(resid.into_iter().flat_map(|(res, sum)| [res, sum]));
@@ -278,12 +280,7 @@ impl Pending {
                     ),
                 }
             }
-            Pending::MatVec {
-                w,
-                x,
-                out,
-                row_param,
-            } => matvec_call((w, x, out, row_param), None),
+            Pending::MatVec { w, x, out } => matvec_call((w, x, out), 0, None),
             Pending::Norm { x, w, eps, out } => {
                 // With the rounding, a row in parts of WG_ROW words.
                 let parts = (x.cols / 4).div_ceil(WG_ROW as usize).max(1);
@@ -540,14 +537,9 @@ impl GpuBackend {
 
     /// Holds a repacked decode mat-vec back (f32 mode, whole rows of
     /// `out`) for a residual add to join.
-    pub(super) fn hold_matvec(&mut self, w: Tensor, x: [Tensor; 3], out: Tensor, row_param: usize) {
+    pub(super) fn hold_matvec(&mut self, w: Tensor, x: [Tensor; 3], out: Tensor) {
         self.wrote(out);
-        self.pending = Some(Pending::MatVec {
-            w,
-            x,
-            out,
-            row_param,
-        });
+        self.pending = Some(Pending::MatVec { w, x, out });
     }
 
     /// The residual add `sum = a + b` of a held-back mat-vec's output, in
@@ -559,13 +551,7 @@ impl GpuBackend {
         b: Tensor,
         sum: Tensor,
     ) -> Result<bool> {
-        let Some(Pending::MatVec {
-            w,
-            x,
-            out,
-            row_param,
-        }) = self.pending
-        else {
+        let Some(Pending::MatVec { w, x, out }) = self.pending else {
             return Ok(false);
         };
         let res = match (a == out, b == out) {
@@ -582,7 +568,7 @@ impl GpuBackend {
         }
         self.pending = None;
         self.wrote(sum);
-        let (kernel, params, bound, groups) = matvec_call((w, x, out, row_param), Some((res, sum)));
+        let (kernel, params, bound, groups) = matvec_call((w, x, out), 0, Some((res, sum)));
         self.run(kernel, params, &bound, groups)?;
         Ok(true)
     }

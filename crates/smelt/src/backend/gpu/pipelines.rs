@@ -306,11 +306,14 @@ impl Kernel {
     }
 
     /// Whether the kernel exists for these features: the cooperative-matrix
-    /// matmul needs them with f16 and subgroups.
+    /// matmul needs them with f16 and subgroups; a weight type repacked
+    /// under them decodes with MatVecDot/MatVecMulti, any other with MatVec.
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
             Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => f.repacks(t),
+            // Repacked weights decode on Q8 activations (MatVecDot).
+            Kernel::MatVec(t) => !f.repacks(t),
             _ => true,
         }
     }

@@ -44,25 +44,36 @@
 @group(0) @binding(10) var<storage, read_write> vc: array<f32>;   // (cache rows, vcols)
 #endif
 
-// The cache row of input row `row`, or -1 for an id outside the cache.
-fn slot(row: u32) -> i32 {
+// Values a, b at even column c of input row `row` (rows of `cols`
+// values) into its cache row ids[row] of K's cache, or V's (`to_v`);
+// nothing for an id outside the cache.
+fn store_pair(to_v: bool, row: u32, cols: u32, c: u32, a: f32, b: f32) {
     let id = ids[row];
-    return select(id, -1, id < 0 || u32(id) >= pu(8));
+    if (id < 0 || u32(id) >= pu(8)) {
+        return;
+    }
+    let at = u32(id) * cols + c;
+#ifdef CACHE_F16
+    let word = pack_f16(a, b);
+    if (to_v) {
+        vc[at / 2u] = word;
+    } else {
+        kc[at / 2u] = word;
+    }
+#else
+    if (to_v) {
+        vc[at] = a;
+        vc[at + 1u] = b;
+    } else {
+        kc[at] = a;
+        kc[at + 1u] = b;
+    }
+#endif
 }
 
 // Values a, b at even column c of K's row `row`, into its cache row.
 fn store_k(row: u32, c: u32, a: f32, b: f32) {
-    let id = slot(row);
-    if (id < 0) {
-        return;
-    }
-    let at = u32(id) * pu(7) * pu(2) + c;
-#ifdef CACHE_F16
-    kc[at / 2u] = pack_f16(a, b);
-#else
-    kc[at] = a;
-    kc[at + 1u] = b;
-#endif
+    store_pair(false, row, pu(7) * pu(2), c, a, b);
 }
 
 // Pair j of V (values 2j, 2j + 1 of its rows), into its cache row.
@@ -72,20 +83,9 @@ fn store_v(j: u32) {
     if (row >= pu(0)) {
         return;
     }
-    let id = slot(row);
-    if (id < 0) {
-        return;
-    }
     let c = 2u * (j % half_row);
-    let a = v[row * pu(9) + c];
-    let b = v[row * pu(9) + c + 1u];
-    let at = u32(id) * pu(9) + c;
-#ifdef CACHE_F16
-    vc[at / 2u] = pack_f16(a, b);
-#else
-    vc[at] = a;
-    vc[at + 1u] = b;
-#endif
+    let at = row * pu(9) + c;
+    store_pair(true, row, pu(9), c, v[at], v[at + 1u]);
 }
 #endif
 
