@@ -531,15 +531,7 @@ fn kv_cases(b: &mut Bench) {
     for cache_t in [F32, F16] {
         // set_rows into a cache holding random data: untouched rows must
         // keep it.
-        let init = b.randn(slots * ctx * n_kv * hd, 1.0);
-        let bytes: Vec<u8> = match cache_t {
-            F16 => init
-                .iter()
-                .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-                .collect(),
-            _ => bytemuck::cast_slice(&init).to_vec(),
-        };
-        let cache = b.input(cache_t, slots * ctx, n_kv * hd, &bytes);
+        let (cache, bytes) = random_cache(b, cache_t, slots * ctx, n_kv * hd);
         let src = b.f32s(5, n_kv * hd, 1.0);
         let ids = b.i32s(&[3, 71, 0, 139, 64]);
         b.check(&format!("set_rows {cache_t}"), 1e-12, cache, |be, g| {
@@ -548,17 +540,7 @@ fn kv_cases(b: &mut Bench) {
         });
 
         let kc = b.input(cache_t, slots * ctx, n_kv * hd, &bytes);
-        let vbytes: Vec<u8> = {
-            let v = b.randn(slots * ctx * n_kv * hd, 1.0);
-            match cache_t {
-                F16 => v
-                    .iter()
-                    .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-                    .collect(),
-                _ => bytemuck::cast_slice(&v).to_vec(),
-            }
-        };
-        let vc = b.input(cache_t, slots * ctx, n_kv * hd, &vbytes);
+        let (vc, _) = random_cache(b, cache_t, slots * ctx, n_kv * hd);
         // Decode (one row per slot) and a prefill of 37 rows in slot 1.
         let cases: [(&str, Vec<i32>, Vec<i32>); 2] = [
             ("decode", vec![69, 5], vec![0, 1]),
@@ -592,6 +574,20 @@ fn kv_cases(b: &mut Bench) {
             }
         }
     }
+}
+
+/// A KV cache of random values in `t` (F32 or F16) on both backends, and
+/// its bytes.
+fn random_cache(b: &mut Bench, t: GgmlType, rows: usize, cols: usize) -> (Pair, Vec<u8>) {
+    let v = b.randn(rows * cols, 1.0);
+    let bytes: Vec<u8> = match t {
+        F16 => v
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect(),
+        _ => bytemuck::cast_slice(&v).to_vec(),
+    };
+    (b.input(t, rows, cols, &bytes), bytes)
 }
 
 fn seed() -> u64 {
@@ -1036,4 +1032,71 @@ fn f32_mode_paired_ropes_and_cache_writes() {
         }
     }
     b.assert_passed(seed);
+}
+
+/// Prefill attention in the f32 mode: with subgroups, four invocations a
+/// (head, row) in workgroups of 32 rows (`AttentionQuads`). Head sizes of
+/// the models (64, 128, 256), a last block of fewer rows, blocks whose rows
+/// belong to two sequences (ranges that differ per row), a sliding window
+/// and a softcap; every output against the CPU reference.
+#[test]
+fn f32_mode_prefill_attention() {
+    let seed = seed();
+    let opts = GpuOptions {
+        quantize_activations: false,
+        profile: true,
+        ..GpuOptions::default()
+    };
+    let mut b = Bench::new(seed, opts);
+    let (n_heads, n_kv, ctx, slots) = (8usize, 2usize, 90usize, 3usize);
+    // 45 rows of slot 1 from position 0; then rows alternating between
+    // slot 0 (positions 30..) and slot 2 (positions 0..).
+    let cases: [(&str, Vec<i32>, Vec<i32>); 2] = [
+        ("one sequence", (0..45).collect(), vec![1; 45]),
+        (
+            "two sequences",
+            (0..40)
+                .map(|i| if i % 2 == 0 { 30 + i } else { i })
+                .collect(),
+            (0..40).map(|i| if i % 2 == 0 { 0 } else { 2 }).collect(),
+        ),
+    ];
+    for hd in [64usize, 128, 256] {
+        for cache_t in [F32, F16] {
+            let (kc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
+            let (vc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
+            for (kind, pos_v, seq_v) in &cases {
+                let n = pos_v.len();
+                let (pos, seq) = (b.i32s(pos_v), b.i32s(seq_v));
+                let q = b.f32s(n, n_heads * hd, 1.0);
+                for (window, softcap) in [(None, None), (Some(7), None), (None, Some(2.0f32))] {
+                    let out = b.output(F32, n, n_heads * hd);
+                    let name = format!(
+                        "prefill attention hd {hd} {cache_t} {kind} window={window:?} softcap={softcap:?}"
+                    );
+                    b.check(&name, 1e-10, out, |be, g| {
+                        let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                        let params = AttentionParams {
+                            n_heads,
+                            n_kv_heads: n_kv,
+                            head_dim: hd,
+                            scale: 1.0 / (hd as f32).sqrt(),
+                            ctx,
+                            window,
+                            softcap,
+                        };
+                        be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))
+                    });
+                }
+            }
+        }
+    }
+    b.assert_passed(seed);
+    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let quads = used
+        .iter()
+        .filter(|k| k.starts_with("AttentionQuads"))
+        .count();
+    let want = if b.gpu.features().subgroups { 6 } else { 0 };
+    assert_eq!(quads, want, "seed {seed}: kernels run: {used:?}");
 }

@@ -349,11 +349,16 @@ impl Backend for GpuBackend {
             u(k_cache.rows),
         ]);
         if per_row {
-            let kernel = Kernel::AttentionRows {
-                kv: k_cache.dtype,
-                head_dim: p.head_dim as u32,
-            };
-            let groups = (q.rows * p.n_heads).div_ceil(64) as u64;
+            let (kv, head_dim) = (k_cache.dtype, p.head_dim as u32);
+            let quads = Kernel::AttentionQuads { kv, head_dim };
+            let (kernel, groups) =
+                if p.head_dim.is_multiple_of(16) && quads.builds_with(self.ctx.features) {
+                    (quads, q.rows.div_ceil(32) * p.n_heads)
+                } else {
+                    let rows = Kernel::AttentionRows { kv, head_dim };
+                    (rows, (q.rows * p.n_heads).div_ceil(64))
+                };
+            let groups = groups as u64;
             return self.run(
                 kernel,
                 params,

@@ -154,6 +154,12 @@ pub enum Kernel {
         kv: GgmlType,
         head_dim: u32,
     },
+    /// Four invocations per (head, row), each a quarter of the head, for a
+    /// head size that is a multiple of 16 (prefill, f32 mode, subgroups).
+    AttentionQuads {
+        kv: GgmlType,
+        head_dim: u32,
+    },
     Elementwise(Elementwise),
     Softmax,
     Argmax,
@@ -300,6 +306,7 @@ impl Kernel {
         for kv in [F32, F16] {
             for head_dim in [64, 128, 256] {
                 v.push(Kernel::AttentionRows { kv, head_dim });
+                v.push(Kernel::AttentionQuads { kv, head_dim });
             }
         }
         v
@@ -314,6 +321,8 @@ impl Kernel {
             Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => f.repacks(t),
             // Repacked weights decode on Q8 activations (MatVecDot).
             Kernel::MatVec(t) => !f.repacks(t),
+            // Its quad sums in registers: plain f32 arithmetic.
+            Kernel::AttentionQuads { .. } => f.fast_math && f.subgroups,
             _ => true,
         }
     }
@@ -344,7 +353,9 @@ impl Kernel {
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
             Kernel::RopeStore(_) => &[RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, R],
-            Kernel::Attention(_) | Kernel::AttentionRows { .. } => &[RW, R, R, RW, RW, RW, R],
+            Kernel::Attention(_) | Kernel::AttentionRows { .. } | Kernel::AttentionQuads { .. } => {
+                &[RW, R, R, RW, RW, RW, R]
+            }
             Kernel::AttentionQ8(_) => &[RW, R, R, RW, RW, RW, RW, RW, RW, R],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
@@ -477,11 +488,14 @@ impl Kernel {
                 tables(&mut defines);
                 parts.extend([src::REDUCE, src::EXACT, src::ATTENTION]);
             }
-            Kernel::AttentionRows { kv, head_dim } => {
+            Kernel::AttentionRows { kv, head_dim } | Kernel::AttentionQuads { kv, head_dim } => {
                 if kv == GgmlType::F16 {
                     def("KV_F16");
                 }
                 def("ROWS");
+                if matches!(self, Kernel::AttentionQuads { .. }) {
+                    def("QUADS");
+                }
                 defines.push(("HD", head_dim.to_string()));
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ATTENTION]);

@@ -17,6 +17,14 @@
 // and no barriers. Neighbouring invocations are neighbouring rows of one
 // head, so they read the same keys.
 //
+// With the QUADS define (prefill in the f32 mode, with subgroups), four
+// invocations per (head, query row) instead, each holding a quarter of the
+// query and output head: the query's scores are partial dots summed across
+// the quad (subgroupShuffleXor), four keys a step with one online-softmax
+// update per step. A workgroup is 32 neighbouring rows of one head, so its
+// quads read the same keys (from L1) and hold a quarter of the registers
+// of ROWS.
+//
 // The Q8 define (decode) also rounds the output row to Q8 blocks for the
 // matmul after it (exact.wgsl's q8_store, as quantize.wgsl's Q8), a head
 // being whole blocks of 32: one dispatch fewer per layer.
@@ -91,10 +99,6 @@ fn fold_dot(a: array<f32, 32>) -> f32 {
 }
 
 #ifdef ROWS
-const HD4: u32 = {{HD}}u / 4u;
-// Groups of 4 before the tail that is not a whole step of 32.
-const FULL4: u32 = ({{HD}}u / 32u) * 8u;
-
 // 4 cache values at element e (a multiple of 4).
 fn k4(e: u32) -> vec4<f32> {
 #ifdef KV_F16
@@ -111,6 +115,108 @@ fn v4(e: u32) -> vec4<f32> {
     return vec4<f32>(vc[e], vc[e + 1u], vc[e + 2u], vc[e + 3u]);
 #endif
 }
+
+#ifdef QUADS
+// vec4s of a head per invocation: vec4 t + 4c of the head for c < QV, so
+// a quad reads 64 contiguous bytes of a key.
+const QV: u32 = {{HD}}u / 16u;
+// Keys per step.
+const KS: u32 = 4u;
+
+@compute @workgroup_size(128)
+fn main(
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+) {
+    let n = pu(0);
+    let nh = pu(1);
+    let hd = {{HD}}u;
+    let blocks = (n + 31u) / 32u;
+    let g = wg_index(wid, nwg);
+    if (g >= blocks * nh) {
+        return;
+    }
+    // The last rows (the most keys) first, so the long blocks do not end
+    // the dispatch alone; a block's heads are neighbouring workgroups.
+    let h = g % nh;
+    let i = (blocks - 1u - g / nh) * 32u + lid / 4u;
+    let t = lid % 4u;
+    // A quad past the last row computes row n - 1 and stores nothing: its
+    // shuffles stay within itself either way.
+    let ii = min(i, n - 1u);
+    let ctx = pu(4);
+    let kvh = h / (nh / pu(2));
+    let kv_stride = pu(2) * hd;
+    let p = min(u32(max(pos[ii], 0)), ctx - 1u);
+    let row0 = min(u32(max(seq[ii], 0)) * ctx, pu(8) - ctx);
+    var start = 0u;
+    let win = pu(5);
+    if (win > 0u && p + 1u > win) {
+        start = p + 1u - win;
+    }
+    let qb = ii * nh * hd + h * hd;
+    var qv: array<vec4<f32>, QV>;
+    var acc: array<vec4<f32>, QV>;
+    for (var c = 0u; c < QV; c++) {
+        let e = qb + 4u * (t + 4u * c);
+        qv[c] = vec4<f32>(q[e], q[e + 1u], q[e + 2u], q[e + 3u]);
+        acc[c] = vec4<f32>(0.0);
+    }
+    var m = NEG_BIG;
+    var l = 0.0;
+    for (var j0 = start; j0 <= p; j0 += KS) {
+        // Keys past p are clamped to p (in the cache) and weigh 0.
+        var s = vec4<f32>(0.0);
+        for (var c = 0u; c < QV; c++) {
+            for (var jj = 0u; jj < KS; jj++) {
+                let kb = (row0 + min(j0 + jj, p)) * kv_stride + kvh * hd;
+                s[jj] = dot(qv[c], k4(kb + 4u * (t + 4u * c))) + s[jj];
+            }
+        }
+        s += subgroupShuffleXor(s, 1u);
+        s += subgroupShuffleXor(s, 2u);
+        var sc = vec4<f32>(NEG_BIG);
+        for (var jj = 0u; jj < KS; jj++) {
+            if (j0 + jj <= p) {
+                sc[jj] = capped(s[jj]);
+            }
+        }
+        let m_new = max(m, max(max(sc.x, sc.y), max(sc.z, sc.w)));
+        let corr = exp(m - m_new);
+        // exp(NEG_BIG - m_new) is 0 for the keys past p.
+        let pj = exp(sc - vec4<f32>(m_new));
+        l = l * corr + ((pj.x + pj.y) + (pj.z + pj.w));
+        m = m_new;
+        for (var c = 0u; c < QV; c++) {
+            var a = acc[c] * corr;
+            for (var jj = 0u; jj < KS; jj++) {
+                let vb = (row0 + min(j0 + jj, p)) * kv_stride + kvh * hd;
+                a = fma(vec4<f32>(pj[jj]), v4(vb + 4u * (t + 4u * c)), a);
+            }
+            acc[c] = a;
+        }
+    }
+    if (i >= n) {
+        return;
+    }
+    var inv = 0.0;
+    if (l != 0.0) {
+        inv = 1.0 / l;
+    }
+    for (var c = 0u; c < QV; c++) {
+        let e = qb + 4u * (t + 4u * c);
+        let o = acc[c] * inv;
+        out[e] = o.x;
+        out[e + 1u] = o.y;
+        out[e + 2u] = o.z;
+        out[e + 3u] = o.w;
+    }
+}
+#else
+const HD4: u32 = {{HD}}u / 4u;
+// Groups of 4 before the tail that is not a whole step of 32.
+const FULL4: u32 = ({{HD}}u / 32u) * 8u;
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -201,6 +307,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         out[qb + 4u * c + 3u] = o.w;
     }
 }
+#endif
 #else
 var<workgroup> qs: array<f32, 256>;     // (head_dim) this row's query head
 var<workgroup> ps: array<f32, RED_WG>;  // (WG) this chunk's probabilities
