@@ -684,8 +684,9 @@ fn decode_matvec_f32_acts_with_adapter_features() {
 
 /// Prefill matmuls on f32 activations with the adapter's features: the
 /// cooperative-matrix kernel where the adapter has one (f16 operands, f32
-/// sums), the tiled f32 kernel elsewhere. Shapes off the tile sizes in
-/// rows and tokens, k over several steps of 32.
+/// sums; tiles of 32 tokens below 96, of 128 from there: both here), the
+/// tiled f32 kernel elsewhere. Shapes off the tile sizes in rows and
+/// tokens, k over several steps of 32.
 #[test]
 fn prefill_matmul_f32_acts_with_adapter_features() {
     let (seed, mut b) = f32_mode_bench();

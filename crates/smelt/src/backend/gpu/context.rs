@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendError, Result};
 
-use super::pipelines::ShaderFeatures;
+use super::pipelines::{ShaderFeatures, coop_fits};
 
 /// What an adapter is and can do, as `smelt devices` prints it.
 #[derive(Clone, Debug)]
@@ -234,7 +234,10 @@ impl Context {
             && report.subgroup_sizes == (32, 32)
             && af.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
         {
-            features.coop = coop_fragment_size(&adapter.cooperative_matrix_properties());
+            let fs = coop_fragment_size(&adapter.cooperative_matrix_properties());
+            if fs != 0 && coop_fits(fs, &adapter.limits()) {
+                features.coop = fs;
+            }
         }
         let zero_copy = opts.allow_zero_copy
             && report.unified_memory

@@ -216,7 +216,7 @@ impl GpuBackend {
                 | Kernel::MatVecMulti(_)
                 | Kernel::MatVecDot { .. }
                 | Kernel::MatMul(_)
-                | Kernel::MatMulCoop(_)
+                | Kernel::MatMulCoop { .. }
                 | Kernel::MatVecQ8(_)
                 | Kernel::MatMulQ8(_)
                 | Kernel::QuantizeActs(_)

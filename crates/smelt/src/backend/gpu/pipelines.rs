@@ -121,8 +121,12 @@ pub enum Kernel {
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
-    /// adapter has them (`ShaderFeatures::coop`).
-    MatMulCoop(GgmlType),
+    /// adapter has them (`ShaderFeatures::coop`); `wide` tiles take 128
+    /// tokens, the others 32 (a short batch).
+    MatMulCoop {
+        t: GgmlType,
+        wide: bool,
+    },
     /// A legacy quant on Q8-rounded activations in ggml's arithmetic, a
     /// quad of invocations per row carrying up to 4 tokens (decode) ...
     MatVecQ8(GgmlType),
@@ -203,20 +207,103 @@ impl ShaderFeatures {
     }
 
     /// The prefill tile of `matmul_coop.wgsl` (rows × tokens) for these
-    /// features: 2 × 2 subgroups of FM × FN fragments each.
-    pub fn coop_tile(self) -> (usize, usize) {
-        let (fm, fn_) = coop_fragments(self.coop);
+    /// features.
+    pub fn coop_tile(self, wide: bool) -> (usize, usize) {
+        let c = CoopShape::of(self.coop, wide);
         let fs = self.coop as usize;
-        (2 * fm * fs, 2 * fn_ * fs)
+        (c.sr * c.fm * fs, c.st * c.fn_ * fs)
     }
 }
 
-/// Fragments per subgroup (along rows, along tokens) for a fragment size:
-/// on the H100, 2 × 2 of 16 ran 1b prefill at 10489 t/s, 4 × 2 at 8946,
-/// 2 × 4 at 9377 and 4 × 4 at 7470 (and steps of 64 along k instead of 32:
-/// 10218-10293 against 10911-11032).
-fn coop_fragments(fs: u32) -> (usize, usize) {
-    if fs == 8 { (4, 4) } else { (2, 2) }
+/// The shape of `matmul_coop.wgsl`'s workgroup: SR × ST subgroups of FM ×
+/// FN fragments each. On the H200 (pp512, 16×16 fragments), more tokens
+/// than rows per tile ran fastest, as each staged weight (decoded from its
+/// blocks) then serves more tokens: 2 × 4 subgroups of 2 × 2 (64 rows ×
+/// 128 tokens) ran 1b Q4_0, 1b Q8_0, 8b Q4_0 at 29687, 31607, 6509 t/s;
+/// 4 × 4 of 2 × 2 (128 × 128) at 27418, -, 6184; 4 × 2 of 2 × 2 (128 × 64)
+/// at 25221, -, 5224; 2 × 4 of 2 × 4 (64 × 256) at 25714, 27847, 5845.
+/// Using a smaller tile for matmuls of few tiles gained at most 2% (noise).
+#[derive(Clone, Copy, Debug)]
+struct CoopShape {
+    sr: usize,
+    st: usize,
+    fm: usize,
+    fn_: usize,
+}
+
+impl CoopShape {
+    fn of(fs: u32, wide: bool) -> CoopShape {
+        match (fs, wide) {
+            // Metal's 8 × 8 simdgroup matrices (not measured): 64 × 64.
+            (8, _) => CoopShape {
+                sr: 2,
+                st: 2,
+                fm: 4,
+                fn_: 4,
+            },
+            (_, true) => CoopShape {
+                sr: 2,
+                st: 4,
+                fm: 2,
+                fn_: 2,
+            },
+            (_, false) => CoopShape {
+                sr: 4,
+                st: 1,
+                fm: 2,
+                fn_: 2,
+            },
+        }
+    }
+
+    /// Workgroup memory in bytes (the staged tiles at 40 halves a row, and
+    /// one f32 accumulator per subgroup) and invocations.
+    fn requirements(self, fs: u32) -> (u32, u32) {
+        let fs = fs as usize;
+        let rows = self.sr * self.fm * fs + self.st * self.fn_ * fs;
+        let subgroups = self.sr * self.st;
+        (
+            (rows * 40 * 2 + subgroups * fs * fs * 4) as u32,
+            (subgroups * 32) as u32,
+        )
+    }
+
+    /// The accumulators as FM × FN variables (`acc{f}`, f = j · FM + i for
+    /// fragment row i and token j): their declarations, one step of
+    /// multiplies, and their stores.
+    fn accumulator_code(self, fs: u32) -> [(&'static str, String); 3] {
+        let n = self.fm * self.fn_;
+        let mut decl = String::new();
+        let mut step = String::new();
+        let mut out = String::new();
+        for f in 0..n {
+            decl += &format!("    var acc{f}: coop_mat{fs}x{fs}<f32, C>;\n");
+            out += &format!(
+                "    coopStoreT(acc{f}, &cs[c0], FS);\n    emit({f}u, c0, t0 + st, r0 + sr, sl, sgs);\n"
+            );
+        }
+        for i in 0..self.fm {
+            step += &format!("            let b{i} = frag_b(sr, {i}u, kk);\n");
+        }
+        for j in 0..self.fn_ {
+            step += &format!("            let a{j} = frag_a(st, {j}u, kk);\n");
+            for i in 0..self.fm {
+                let f = j * self.fm + i;
+                step += &format!("            acc{f} = coopMultiplyAdd(a{j}, b{i}, acc{f});\n");
+            }
+        }
+        [("ACC_DECL", decl), ("ACC_STEP", step), ("ACC_OUT", out)]
+    }
+}
+
+/// Whether an adapter's limits hold `matmul_coop.wgsl` with fragments of
+/// `fs` in both its shapes.
+pub fn coop_fits(fs: u32, limits: &wgpu::Limits) -> bool {
+    [true, false].into_iter().all(|wide| {
+        let (bytes, invocations) = CoopShape::of(fs, wide).requirements(fs);
+        bytes <= limits.max_compute_workgroup_storage_size
+            && invocations <= limits.max_compute_invocations_per_workgroup
+    })
 }
 
 /// How a kernel's storage binding is declared.
@@ -248,7 +335,8 @@ impl Kernel {
                 Kernel::GetRows(t),
                 Kernel::MatVec(t),
                 Kernel::MatMul(t),
-                Kernel::MatMulCoop(t),
+                Kernel::MatMulCoop { t, wide: false },
+                Kernel::MatMulCoop { t, wide: true },
             ]);
         }
         for t in Q8_WEIGHT_TYPES {
@@ -317,7 +405,7 @@ impl Kernel {
     /// under them decodes with MatVecDot/MatVecMulti, any other with MatVec.
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
-            Kernel::MatMulCoop(_) => f.coop != 0 && f.shader_f16 && f.subgroups,
+            Kernel::MatMulCoop { .. } => f.coop != 0 && f.shader_f16 && f.subgroups,
             Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => f.repacks(t),
             // Repacked weights decode on Q8 activations (MatVecDot).
             Kernel::MatVec(t) => !f.repacks(t),
@@ -334,7 +422,7 @@ impl Kernel {
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
-            Kernel::MatVec(_) | Kernel::MatMulCoop(_) => &[R, R, RW],
+            Kernel::MatVec(_) | Kernel::MatMulCoop { .. } => &[R, R, RW],
             // Weights, Q8 quants, scales, out ...
             Kernel::MatVecDot {
                 residual: false, ..
@@ -408,12 +496,22 @@ impl Kernel {
                 }
                 parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
             }
-            Kernel::MatMulCoop(t) => {
+            Kernel::MatMulCoop { t, wide } => {
                 type_defines(t, &mut def);
-                let (fm, fn_) = coop_fragments(f.coop);
+                let c = CoopShape::of(f.coop, wide);
                 defines.push(("FS", f.coop.to_string()));
-                defines.push(("FM", fm.to_string()));
-                defines.push(("FN", fn_.to_string()));
+                defines.push(("FM", c.fm.to_string()));
+                defines.push(("FN", c.fn_.to_string()));
+                defines.push(("SR", c.sr.to_string()));
+                defines.push(("ST", c.st.to_string()));
+                // Metal's simdgroup loads take scalar pointers.
+                let v = if f.coop == 8 { 1 } else { 4 };
+                defines.push(("V", v.to_string()));
+                defines.push(("LT", if v == 4 { "vec4<f16>" } else { "f16" }.to_string()));
+                if v == 4 {
+                    defines.push(("LV4", String::new()));
+                }
+                defines.extend(c.accumulator_code(f.coop));
                 parts.extend([src::QUANT, src::MATMUL_COOP]);
             }
             Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {
@@ -556,7 +654,7 @@ impl Kernel {
         | Kernel::MatVec(t)
         | Kernel::MatVecMulti(t)
         | Kernel::MatMul(t)
-        | Kernel::MatMulCoop(t) = self
+        | Kernel::MatMulCoop { t, .. } = self
             && f.repacks(t)
         {
             defines.push(("REPACKED", String::new()));
@@ -570,7 +668,10 @@ impl Kernel {
                 Kernel::GetRows(GgmlType::F16)
                     | Kernel::MatVec(GgmlType::F16)
                     | Kernel::MatMul(GgmlType::F16)
-                    | Kernel::MatMulCoop(GgmlType::F16)
+                    | Kernel::MatMulCoop {
+                        t: GgmlType::F16,
+                        ..
+                    }
             );
         if f16_weights {
             defines.push(("WQ_F16", String::new()));
@@ -585,7 +686,7 @@ impl Kernel {
             // Enable directives must come before any declaration.
             out.push_str("enable f16;\n");
         }
-        if matches!(self, Kernel::MatMulCoop(_)) {
+        if matches!(self, Kernel::MatMulCoop { .. }) {
             out.push_str("enable wgpu_cooperative_matrix;\n");
         }
         for p in parts {

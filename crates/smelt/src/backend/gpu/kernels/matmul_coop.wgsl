@@ -4,19 +4,23 @@
 //
 // As matrices, OUT (n × m) = X (n × k) · Wᵀ (k × m): X is the A operand,
 // Wᵀ the B operand, and each workgroup computes a TN (tokens) × TM (rows)
-// tile of OUT as fragments of FS × FS. Its 4 subgroups form a 2 × 2 grid;
-// each holds FN × FM accumulators (TN / 2 tokens × TM / 2 rows).
+// tile of OUT as fragments of FS × FS. Its SR × ST subgroups (of 32) form
+// a grid; each holds FM × FN accumulators (TM / SR rows × TN / ST tokens).
 //
 // Per step of TK = 32 along k, the workgroup decodes the weight tile from
 // its GGUF blocks (`dq8`, 8 values per call) and rounds the activations to
 // f16, both into workgroup memory as [row or token][k] with LDS halves per
-// row; each subgroup then loads its fragments from there and multiplies.
+// row, stored V halves at a time; each subgroup then loads its fragments
+// from there and multiplies. The next step's weights and activations are
+// read into registers before this step's multiplies, so their loads are
+// in flight meanwhile.
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
 //
 // Built with FS = 16 where the adapter has 16×16×16 f16 → f32 (Vulkan on
-// NVIDIA, AMD, Intel) or FS = 8 (Metal's simdgroup matrices).
+// NVIDIA, AMD, Intel) or FS = 8 (Metal's simdgroup matrices, whose loads
+// take scalar pointers: V = 1).
 //
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
 // (m, or more when w is a part of a split weight), 6 out's first column.
@@ -28,19 +32,111 @@
 const FS: u32 = {{FS}}u;
 const FM: u32 = {{FM}}u;
 const FN: u32 = {{FN}}u;
-const TM: u32 = 2u * FM * FS;
-const TN: u32 = 2u * FN * FS;
+const SR: u32 = {{SR}}u;
+const ST: u32 = {{ST}}u;
+const TM: u32 = SR * FM * FS;
+const TN: u32 = ST * FN * FS;
 const TK: u32 = 32u;
+const WG: u32 = SR * ST * 32u;
 // Halves per row of a staged tile: TK plus 8 of padding, which keeps
 // fragment rows 16-byte aligned and spreads them over the banks.
 const LDS: u32 = TK + 8u;
-const WG: u32 = 128u;
+// Halves per element of the staged tiles.
+const V: u32 = {{V}}u;
+// dq8 calls and activation vec4s per invocation and step.
+const NW: u32 = TM * (TK / 8u) / WG;
+const NX: u32 = TN * (TK / 4u) / WG;
 
-var<workgroup> ws: array<f16, TM * LDS>; // weight rows × k
-var<workgroup> xs: array<f16, TN * LDS>; // tokens × k
-var<workgroup> cs: array<f32, 4u * FS * FS>; // one accumulator per subgroup
+var<workgroup> ws: array<{{LT}}, TM * LDS / V>; // weight rows × k
+var<workgroup> xs: array<{{LT}}, TN * LDS / V>; // tokens × k
+var<workgroup> cs: array<f32, SR * ST * FS * FS>; // one accumulator per subgroup
 
-@compute @workgroup_size(128)
+// Stores 4 values at half h (a multiple of 4) of a staged tile.
+fn put_w(h: u32, v: vec4<f32>) {
+#ifdef LV4
+    ws[h / 4u] = vec4<f16>(v);
+#else
+    for (var e = 0u; e < 4u; e++) {
+        ws[h + e] = f16(v[e]);
+    }
+#endif
+}
+
+fn put_x(h: u32, v: vec4<f32>) {
+#ifdef LV4
+    xs[h / 4u] = vec4<f16>(v);
+#else
+    for (var e = 0u; e < 4u; e++) {
+        xs[h + e] = f16(v[e]);
+    }
+#endif
+}
+
+// One step's weights and activations in registers: the dq8 calls and
+// vec4s of invocation lid, in the order `stage` stores them.
+struct Step {
+    w: array<V8, NW>,
+    x: array<vec4<f32>, NX>,
+}
+
+fn fetch(lid: u32, k0: u32, r0: u32, t0: u32) -> Step {
+    let m = pu(0);
+    let k = pu(1);
+    let n = pu(2);
+    var s: Step;
+    for (var c = 0u; c < NW; c++) {
+        let i = lid + c * WG;
+        let r = min(r0 + i / (TK / 8u), m - 1u);
+        s.w[c] = dq8(r * pu(3), k0 / 8u + i % (TK / 8u));
+    }
+    for (var c = 0u; c < NX; c++) {
+        let i = lid + c * WG;
+        let t = min(t0 + i / (TK / 4u), n - 1u);
+        s.x[c] = x[(t * k + k0) / 4u + i % (TK / 4u)];
+    }
+    return s;
+}
+
+fn stage(lid: u32, s: Step) {
+    for (var c = 0u; c < NW; c++) {
+        let i = lid + c * WG;
+        let h = (i / (TK / 8u)) * LDS + 8u * (i % (TK / 8u));
+        put_w(h, s.w[c].a);
+        put_w(h + 4u, s.w[c].b);
+    }
+    for (var c = 0u; c < NX; c++) {
+        let i = lid + c * WG;
+        put_x((i / (TK / 4u)) * LDS + 4u * (i % (TK / 4u)), s.x[c]);
+    }
+}
+
+// Fragment rows i of this subgroup's weights (the B operand) and tokens j
+// of its activations (A), at step kk of the staged tiles.
+fn frag_b(sr: u32, i: u32, kk: u32) -> coop_mat{{FS}}x{{FS}}<f16, B> {
+    return coopLoad<coop_mat{{FS}}x{{FS}}<f16, B>>(&ws[((sr + i * FS) * LDS + kk) / V], LDS / V);
+}
+
+fn frag_a(st: u32, j: u32, kk: u32) -> coop_mat{{FS}}x{{FS}}<f16, A> {
+    return coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&xs[((st + j * FS) * LDS + kk) / V], LDS / V);
+}
+
+// Writes accumulator f (tokens f / FM, rows f % FM of the subgroup's
+// corner), staged at cs[c0..], inside (n, m) to `out`.
+fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32) {
+    workgroupBarrier();
+    let t1 = tb + (f / FM) * FS;
+    let r1 = rb + (f % FM) * FS;
+    for (var e = sl; e < FS * FS; e += sgs) {
+        let t = t1 + e / FS;
+        let r = r1 + e % FS;
+        if (t < pu(2) && r < pu(0)) {
+            out[t * pu(5) + pu(6) + r] = cs[c0 + e];
+        }
+    }
+    workgroupBarrier();
+}
+
+@compute @workgroup_size(WG)
 fn main(
     @builtin(local_invocation_index) lid: u32,
     @builtin(subgroup_id) sg: u32,
@@ -49,10 +145,7 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let m = pu(0);
     let k = pu(1);
-    let n = pu(2);
-    let row_bytes = pu(3);
     let g = wg_index(wid, nwg);
     let r0 = (g % pu(4)) * TM;
     let t0 = (g / pu(4)) * TN;
@@ -60,59 +153,26 @@ fn main(
     // y): cooperative ops need uniform control flow, so it computes a
     // clamped tile and stores nothing.
     // This subgroup's corner within the tile.
-    let sr = (sg % 2u) * FM * FS;
-    let st = (sg / 2u) * FN * FS;
-    var acc: array<coop_mat{{FS}}x{{FS}}<f32, C>, FM * FN>;
+    let sr = (sg % SR) * FM * FS;
+    let st = (sg / SR) * FN * FS;
+    // The FM × FN accumulators acc_f, one variable each (generated by the
+    // host: NVIDIA's compiler puts an array of cooperative matrices in
+    // local memory, which halved the speed).
+{{ACC_DECL}}
+    var next = fetch(lid, 0u, r0, t0);
     for (var k0 = 0u; k0 < k; k0 += TK) {
-        // Weights: TM rows × 4 groups of 8 values.
-        for (var i = lid; i < TM * (TK / 8u); i += WG) {
-            let rr = i / (TK / 8u);
-            let kg = i % (TK / 8u);
-            let r = min(r0 + rr, m - 1u);
-            let v = dq8(r * row_bytes, k0 / 8u + kg);
-            let o = rr * LDS + 8u * kg;
-            for (var e = 0u; e < 4u; e++) {
-                ws[o + e] = f16(v.a[e]);
-                ws[o + 4u + e] = f16(v.b[e]);
-            }
-        }
-        // Activations: TN tokens × 8 vec4s.
-        for (var i = lid; i < TN * (TK / 4u); i += WG) {
-            let tt = i / (TK / 4u);
-            let c4 = i % (TK / 4u);
-            let t = min(t0 + tt, n - 1u);
-            let v = x[(t * k + k0) / 4u + c4];
-            let o = tt * LDS + 4u * c4;
-            for (var e = 0u; e < 4u; e++) {
-                xs[o + e] = f16(v[e]);
-            }
-        }
+        stage(lid, next);
         workgroupBarrier();
+        // The next step's loads are in flight during the multiplies.
+        if (k0 + TK < k) {
+            next = fetch(lid, k0 + TK, r0, t0);
+        }
         for (var kk = 0u; kk < TK; kk += FS) {
-            for (var j = 0u; j < FN; j++) {
-                let a = coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&xs[(st + j * FS) * LDS + kk], LDS);
-                for (var i = 0u; i < FM; i++) {
-                    let b = coopLoad<coop_mat{{FS}}x{{FS}}<f16, B>>(&ws[(sr + i * FS) * LDS + kk], LDS);
-                    acc[j * FM + i] = coopMultiplyAdd(a, b, acc[j * FM + i]);
-                }
-            }
+{{ACC_STEP}}
         }
         workgroupBarrier();
     }
     // Rows (tokens) past n and m were clamped copies: not stored.
     let c0 = sg * FS * FS;
-    for (var f = 0u; f < FM * FN; f++) {
-        coopStoreT(acc[f], &cs[c0], FS);
-        workgroupBarrier();
-        let tb = t0 + st + (f / FM) * FS;
-        let rb = r0 + sr + (f % FM) * FS;
-        for (var e = sl; e < FS * FS; e += sgs) {
-            let t = tb + e / FS;
-            let r = rb + e % FS;
-            if (t < n && r < m) {
-                out[t * pu(5) + pu(6) + r] = cs[c0 + e];
-            }
-        }
-        workgroupBarrier();
-    }
+{{ACC_OUT}}
 }
