@@ -98,7 +98,6 @@ fn fold_dot(a: array<f32, 32>) -> f32 {
     return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-#ifdef ROWS
 // 4 cache values at element e (a multiple of 4).
 fn k4(e: u32) -> vec4<f32> {
 #ifdef KV_F16
@@ -116,6 +115,7 @@ fn v4(e: u32) -> vec4<f32> {
 #endif
 }
 
+#ifdef ROWS
 #ifdef QUADS
 // vec4s of a head per invocation: vec4 t + 4c of the head for c < QV, so
 // a quad reads 64 contiguous bytes of a key.
@@ -311,6 +311,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #else
 var<workgroup> qs: array<f32, 256>;     // (head_dim) this row's query head
 var<workgroup> ps: array<f32, RED_WG>;  // (WG) this chunk's probabilities
+var<workgroup> vpart: array<vec4<f32>, RED_WG>; // (WG) slices' weighted values
 var<workgroup> w_pos: u32;
 var<workgroup> w_row0: u32;
 
@@ -464,24 +465,64 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         m = m_new;
         let cnt = min(RED_WG, p + 1u - j0);
         let vb0 = (row0 + j0) * kv_stride + kvh * hd;
-        for (var c = 0u; c < 4u; c++) {
-            let d = lid + c * RED_WG;
-            if (d < hd) {
-                // 8 keys a step, independent sums: the value loads of a
-                // step are in flight together.
-                var a = vec4<f32>(acc[c] * corr, 0.0, 0.0, 0.0);
-                var jj = 0u;
-                for (; jj + 8u <= cnt; jj += 8u) {
-                    a += v4_at(vb0 + jj * kv_stride + d, kv_stride, jj)
-                        + v4_at(vb0 + (jj + 4u) * kv_stride + d, kv_stride, jj + 4u);
+        if (hd % 4u == 0u) {
+            // Invocation lid adds 4 dims (column lid % cols) of the keys
+            // of slice lid / cols (keys s, s + sl, ...), 4 keys in flight
+            // a step; the slices' sums meet in workgroup memory.
+            let cols = hd / 4u;
+            let sl = RED_WG / cols;
+            let col = lid % cols;
+            let s = lid / cols;
+            var a = vec4<f32>(0.0);
+            if (s < sl) {
+                var a1 = vec4<f32>(0.0);
+                var a2 = vec4<f32>(0.0);
+                var a3 = vec4<f32>(0.0);
+                let vb = vb0 + 4u * col;
+                var jj = s;
+                for (; jj + 3u * sl < cnt; jj += 4u * sl) {
+                    a = fma(vec4<f32>(ps[jj]), v4(vb + jj * kv_stride), a);
+                    a1 = fma(vec4<f32>(ps[jj + sl]), v4(vb + (jj + sl) * kv_stride), a1);
+                    a2 = fma(vec4<f32>(ps[jj + 2u * sl]), v4(vb + (jj + 2u * sl) * kv_stride), a2);
+                    a3 = fma(vec4<f32>(ps[jj + 3u * sl]), v4(vb + (jj + 3u * sl) * kv_stride), a3);
                 }
-                for (; jj + 4u <= cnt; jj += 4u) {
-                    a += v4_at(vb0 + jj * kv_stride + d, kv_stride, jj);
+                for (; jj < cnt; jj += sl) {
+                    a = fma(vec4<f32>(ps[jj]), v4(vb + jj * kv_stride), a);
                 }
-                for (; jj < cnt; jj++) {
-                    a.x = fma(ps[jj], vval(vb0 + jj * kv_stride + d), a.x);
+                a = (a + a1) + (a2 + a3);
+            }
+            vpart[lid] = a;
+            workgroupBarrier();
+            for (var c = 0u; c < 4u; c++) {
+                let d = lid + c * RED_WG;
+                if (d < hd) {
+                    var t = 0.0;
+                    for (var s2 = 0u; s2 < sl; s2++) {
+                        t += vpart[s2 * cols + d / 4u][d % 4u];
+                    }
+                    acc[c] = acc[c] * corr + t;
                 }
-                acc[c] = (a.x + a.y) + (a.z + a.w);
+            }
+        } else {
+            for (var c = 0u; c < 4u; c++) {
+                let d = lid + c * RED_WG;
+                if (d < hd) {
+                    // 8 keys a step, independent sums: the value loads of
+                    // a step are in flight together.
+                    var a = vec4<f32>(acc[c] * corr, 0.0, 0.0, 0.0);
+                    var jj = 0u;
+                    for (; jj + 8u <= cnt; jj += 8u) {
+                        a += v4_at(vb0 + jj * kv_stride + d, kv_stride, jj)
+                            + v4_at(vb0 + (jj + 4u) * kv_stride + d, kv_stride, jj + 4u);
+                    }
+                    for (; jj + 4u <= cnt; jj += 4u) {
+                        a += v4_at(vb0 + jj * kv_stride + d, kv_stride, jj);
+                    }
+                    for (; jj < cnt; jj++) {
+                        a.x = fma(ps[jj], vval(vb0 + jj * kv_stride + d), a.x);
+                    }
+                    acc[c] = (a.x + a.y) + (a.z + a.w);
+                }
             }
         }
 #else
