@@ -747,7 +747,8 @@ fn f32_mode_residual_add_fused_with_norm() {
 /// Decode in the f32-activation mode: repacked Q4_0 and Q8_0 mat-vecs run
 /// on Q8-rounded activations, rounded inside the rms_norm or GLU before
 /// them, and take in the residual add after them; so norm + Q, K, V is two
-/// dispatches and GLU + down + add two more. Every output, the fused ops'
+/// dispatches, GLU + down + add two more, and a whole FFN three (the GLU
+/// inside the gate and up mat-vecs). Every output, the fused ops'
 /// own included, against the CPU (on the same rounding); and the dispatch
 /// counts (Q4_1 is not repacked: its ops run apart, on f32 activations).
 #[test]
@@ -823,6 +824,41 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                 }
                 let d = dispatches(&mut b, &|be| glu_down_add(be, true));
                 assert_eq!(d, if repacked { 2 } else { 3 }, "glu+matmul+add {t}");
+            }
+
+            // A whole FFN: norm, gate and up (rows a multiple of 32), GLU,
+            // down, residual add. Repacked: the norm, then gate + up + GLU
+            // with the GLU's rounding (`MatVecGlu`), then down + add.
+            let (wg, wu, wdn) = (b.weight(t, 96, k), b.weight(t, 96, k), b.weight(t, k, 96));
+            let [g2, u2, a2, a2r] = [0; 4].map(|_| b.output(F32, n, 96));
+            let (dn, x2) = (b.output(F32, n, k), b.output(F32, n, k));
+            for gelu in [false, true] {
+                let ffn = |be: &mut dyn Backend, g: bool| {
+                    let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                    be.rms_norm(p(x), Some(p(nw)), 1e-5, p(h))?;
+                    let h = input(be, g, h, hr)?;
+                    be.matmuls(&[p(wg), p(wu)], h, &[p(g2), p(u2)])?;
+                    if gelu {
+                        be.gelu_mul(p(g2), p(u2), p(a2))?;
+                    } else {
+                        be.silu_mul(p(g2), p(u2), p(a2))?;
+                    }
+                    let a = input(be, g, a2, a2r)?;
+                    be.matmul(p(wdn), a, p(dn))?;
+                    be.add(p(x), p(dn), p(x2))
+                };
+                for (name, out) in [
+                    ("gate", g2),
+                    ("up", u2),
+                    ("act", a2),
+                    ("down", dn),
+                    ("sum", x2),
+                ] {
+                    let what = format!("ffn(gelu {gelu}) {t} k={k} n={n}: {name}");
+                    b.check(&what, tol, out, ffn);
+                }
+                let d = dispatches(&mut b, &|be| ffn(be, true));
+                assert_eq!(d, if repacked { 3 } else { 6 }, "ffn {t}");
             }
 
             // The model's residual stream: x += a · woᵀ, in place.

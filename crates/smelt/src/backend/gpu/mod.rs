@@ -67,8 +67,11 @@ struct Acts {
     /// `1 × capacity` F32: Q8_K- or f16-rounded values.
     vals: Option<Tensor>,
     /// Q8 blocks: quants 4 per word (`1 × capacity / 4` I32), scales and
-    /// sums (`1 × capacity / 32` F32 each).
-    q8: Option<[Tensor; 3]>,
+    /// sums (`1 × capacity / 32` F32 each). Two sets: a fused op that reads
+    /// one set's rounding (`MatVecGlu`) writes its output's to the other.
+    q8: [Option<[Tensor; 3]>; 2],
+    /// The set that holds the cached rounding (`acts_of`).
+    q8_set: usize,
 }
 
 /// The input a matmul kernel reads.
@@ -282,8 +285,15 @@ impl GpuBackend {
             self.acts_of = None;
         }
         let cap = self.acts.capacity;
+        // The held-back op whose output x is, if it rounds it in its own
+        // dispatch.
+        let fusing = self.pending.filter(|p| p.out() == x && p.rounds_output());
         let input = if q == ActQuant::Q8 {
-            let bufs = match self.acts.q8 {
+            let set = match fusing {
+                Some(p) if p.reads_q8() => 1 - self.acts.q8_set,
+                _ => self.acts.q8_set,
+            };
+            let bufs = match self.acts.q8[set] {
                 Some(b) => b,
                 None => {
                     let b = [
@@ -291,10 +301,14 @@ impl GpuBackend {
                         self.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
                         self.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
                     ];
-                    self.acts.q8 = Some(b);
+                    self.acts.q8[set] = Some(b);
                     b
                 }
             };
+            if set != self.acts.q8_set {
+                self.acts.q8_set = set;
+                self.acts_of = None;
+            }
             let n = x.n_elements();
             MatIn::Q8([
                 bufs[0].reshape(1, n / 4),
@@ -312,7 +326,7 @@ impl GpuBackend {
             };
             MatIn::F32(vals.reshape(x.rows, x.cols))
         };
-        let fused = self.pending.filter(|p| p.out() == x).zip(match &input {
+        let fused = fusing.zip(match &input {
             MatIn::Q8(bufs) => Some(*bufs),
             MatIn::F32(_) => None,
         });

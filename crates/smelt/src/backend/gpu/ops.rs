@@ -10,7 +10,7 @@ use crate::backend::{
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
-use super::pending::matvec_call;
+use super::pending::{matvec_call, multi_call};
 use super::pipelines::{
     Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
@@ -271,35 +271,18 @@ impl Backend for GpuBackend {
                 "matmuls: Q8 activations expected".into(),
             ));
         };
-        // Row blocks of 4 per weight; a missing third weight binds the
-        // second again and has none.
-        let (w, o) = (ws[0], outs[0]);
-        let (w1, o1) = (ws[1], outs[1]);
-        let (w2, o2) = (
-            ws.get(2).copied().unwrap_or(w1),
-            outs.get(2).copied().unwrap_or(o1),
-        );
-        let rb = |t: Tensor| t.rows.div_ceil(4);
-        let rb2 = if ws.len() == 3 { rb(w2) } else { 0 };
         for &out in outs {
             self.wrote(out);
         }
-        self.run(
-            Kernel::MatVecMulti(w.dtype),
-            params(&[
-                u(w.rows),
-                u(w.cols),
-                u(x.rows),
-                u(self.row_param(w.dtype, w.cols)),
-                u(rb(w)),
-                u(w1.rows),
-                u(rb(w1)),
-                u(w2.rows),
-                u(rb2),
-            ]),
-            &[w, xq, xd, o, w1, o1, w2, o2],
-            ((rb(w) + rb(w1) + rb2) * x.rows) as u64,
-        )
+        // Gate and up: held for the GLU after them to join.
+        if let ([w0, w1], [o0, o1]) = (ws, outs)
+            && w0.rows == w1.rows
+            && w0.rows.is_multiple_of(32)
+        {
+            return self.hold_gate_up([*w0, *w1], [xq, xd], [*o0, *o1]);
+        }
+        let (kernel, params, bound, groups) = multi_call(ws, [xq, xd], outs, x.rows);
+        self.run(kernel, params, &bound, groups)
     }
 
     fn attention(
@@ -407,12 +390,18 @@ impl Backend for GpuBackend {
     fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
         contract::glu(Op::SiluMul, gate, up, out)?;
         let op = Elementwise::SiluMul;
+        if self.glu_of_gate_up(op, gate, up, out) {
+            return Ok(());
+        }
         self.defer(Pending::Glu { op, gate, up, out })
     }
 
     fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
         contract::glu(Op::GeluMul, gate, up, out)?;
         let op = Elementwise::GeluMul;
+        if self.glu_of_gate_up(op, gate, up, out) {
+            return Ok(());
+        }
         self.defer(Pending::Glu { op, gate, up, out })
     }
 

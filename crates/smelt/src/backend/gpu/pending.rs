@@ -78,6 +78,18 @@ pub(super) enum Pending {
         params: Params,
         groups: u64,
     },
+    /// Gate and up (two repacked decode mat-vecs of one Q8-rounded input,
+    /// quants and scales `x`, rows a multiple of 32; f32 mode): the GLU of
+    /// their outputs next joins them (`glu`: op and output), and then the
+    /// next matmul's Q8 rounding of its output (`MatVecGlu`); anything else
+    /// dispatches them as a `MatVecMulti`, or with the GLU as a
+    /// `MatVecGlu` that does not round.
+    GateUp {
+        w: [Tensor; 2],
+        x: [Tensor; 2],
+        outs: [Tensor; 2],
+        glu: Option<(Elementwise, Tensor)>,
+    },
     /// A repacked decode mat-vec (f32 mode) of Q8-rounded activations
     /// `x` (quants, scales, sums), `out = x · wᵀ`: a residual add of `out`
     /// next joins it.
@@ -166,6 +178,66 @@ pub(super) fn matvec_call(
     (kernel, params, bound, (blocks * n) as u64)
 }
 
+/// Up to 3 repacked decode mat-vecs of one Q8-rounded input (quants and
+/// scales `x`) in one dispatch (`MatVecMulti`): 4 rows a workgroup, the
+/// weights' row blocks one after the other.
+pub(super) fn multi_call(ws: &[Tensor], [xq, xd]: [Tensor; 2], outs: &[Tensor], n: usize) -> Call {
+    let rb = |t: Tensor| t.rows.div_ceil(4);
+    let (w, o) = (ws[0], outs[0]);
+    let (w1, o1) = (ws[1], outs[1]);
+    // A missing third weight binds the second again and has no rows.
+    let (w2, o2) = (
+        ws.get(2).copied().unwrap_or(w1),
+        outs.get(2).copied().unwrap_or(o1),
+    );
+    let rb2 = if ws.len() == 3 { rb(w2) } else { 0 };
+    let row_blocks = w.cols / w.dtype.block_size();
+    let params = params(&[
+        P::U(w.rows as u32),
+        P::U(w.cols as u32),
+        P::U(n as u32),
+        P::U(row_blocks as u32),
+        P::U(rb(w) as u32),
+        P::U(w1.rows as u32),
+        P::U(rb(w1) as u32),
+        P::U(w2.rows as u32),
+        P::U(rb2 as u32),
+    ]);
+    (
+        Kernel::MatVecMulti(w.dtype),
+        params,
+        vec![w, xq, xd, o, w1, o1, w2, o2],
+        ((rb(w) + rb(w1) + rb2) * n) as u64,
+    )
+}
+
+/// Gate and up mat-vecs (`w`, outputs `outs`) with `act = op(gate) · up`
+/// after them, and with `q8` the Q8 rounding of `act`: a workgroup per 32
+/// rows of both (`MatVecGlu`).
+fn gate_up_glu_call(
+    (w, x, outs): ([Tensor; 2], [Tensor; 2], [Tensor; 2]),
+    (op, act): (Elementwise, Tensor),
+    q8: Option<[Tensor; 3]>,
+    aux: Aux,
+) -> Call {
+    let (m, n) = (w[0].rows, outs[0].rows);
+    let row_blocks = w[0].cols / w[0].dtype.block_size();
+    let params = params(&[
+        P::U(m as u32),
+        P::U(w[0].cols as u32),
+        P::U(n as u32),
+        P::U(row_blocks as u32),
+        P::U(u32::from(q8.is_some())),
+    ]);
+    let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
+    (
+        Kernel::MatVecGlu { t: w[0].dtype, op },
+        params,
+        vec![w[0], x[0], x[1], outs[0], w[1], outs[1], act, xq, xd, xs],
+        (m / 32 * n) as u64,
+    )
+}
+
 /// Q's and K's ropes (normal mode; K's input, output and heads in `k`),
 /// K's rotated rows written to cache rows `ids` of `kc` and, with `v =
 /// (v, vc)`, V's rows to `vc` alike: one dispatch (`RopeStore`), two
@@ -237,9 +309,26 @@ impl Pending {
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
+            Pending::GateUp { outs, glu, .. } => glu.map_or(outs[1], |(_, act)| act),
             Pending::Attention { t, .. } => t[5],
             Pending::SetRows { dst, .. } => dst,
         }
+    }
+
+    /// Whether its dispatch can round its output to Q8 for the next matmul
+    /// (`dispatch` with `q8`).
+    pub(super) fn rounds_output(&self) -> bool {
+        match *self {
+            Pending::Norm { .. } | Pending::Glu { .. } | Pending::Attention { .. } => true,
+            Pending::GateUp { glu, .. } => glu.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Whether it reads the backend's Q8 activations (so its own output's
+    /// rounding goes to the other set).
+    pub(super) fn reads_q8(&self) -> bool {
+        matches!(self, Pending::GateUp { .. })
     }
 
     /// The kernel, parameters, bindings and workgroups of the op alone,
@@ -281,6 +370,18 @@ impl Pending {
                 }
             }
             Pending::MatVec { w, x, out } => matvec_call((w, x, out), 0, None),
+            Pending::GateUp {
+                w,
+                x,
+                outs,
+                glu: None,
+            } => multi_call(&w, x, &outs, outs[0].rows),
+            Pending::GateUp {
+                w,
+                x,
+                outs,
+                glu: Some(glu),
+            } => gate_up_glu_call((w, x, outs), glu, q8, aux),
             Pending::Norm { x, w, eps, out } => {
                 // With the rounding, a row in parts of WG_ROW words.
                 let parts = (x.cols / 4).div_ceil(WG_ROW as usize).max(1);
@@ -533,6 +634,57 @@ impl GpuBackend {
             x.rows as u64,
         )?;
         Ok(true)
+    }
+
+    /// Holds gate and up mat-vecs back (see `Pending::GateUp`), after
+    /// dispatching what was held.
+    pub(super) fn hold_gate_up(
+        &mut self,
+        w: [Tensor; 2],
+        x: [Tensor; 2],
+        outs: [Tensor; 2],
+    ) -> Result<()> {
+        self.flush_pending()?;
+        self.pending = Some(Pending::GateUp {
+            w,
+            x,
+            outs,
+            glu: None,
+        });
+        Ok(())
+    }
+
+    /// `out = op(gate) · up` joining the gate and up mat-vecs held back,
+    /// if they made `gate` and `up` and `out` is none of their tensors;
+    /// false otherwise.
+    pub(super) fn glu_of_gate_up(
+        &mut self,
+        op: Elementwise,
+        gate: Tensor,
+        up: Tensor,
+        out: Tensor,
+    ) -> bool {
+        let Some(Pending::GateUp {
+            w,
+            x,
+            outs,
+            glu: None,
+        }) = self.pending
+        else {
+            return false;
+        };
+        let apart = w.iter().chain(&x).chain(&outs).all(|t| t.id != out.id);
+        if outs != [gate, up] || !apart {
+            return false;
+        }
+        self.wrote(out);
+        self.pending = Some(Pending::GateUp {
+            w,
+            x,
+            outs,
+            glu: Some((op, out)),
+        });
+        true
     }
 
     /// Holds a repacked decode mat-vec back (f32 mode, whole rows of

@@ -118,6 +118,13 @@ pub enum Kernel {
     /// The same for up to 3 weights of one input in one dispatch
     /// (`Backend::matmuls`).
     MatVecMulti(GgmlType),
+    /// Gate and up (two weights of one input, rows a multiple of 32) with
+    /// the GLU after them (`op`: SiluMul or GeluMul) and its Q8 rounding:
+    /// a workgroup per 32 rows of both.
+    MatVecGlu {
+        t: GgmlType,
+        op: Elementwise,
+    },
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
@@ -345,6 +352,14 @@ impl Kernel {
         for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
             v.extend([
                 Kernel::MatVecMulti(t),
+                Kernel::MatVecGlu {
+                    t,
+                    op: Elementwise::SiluMul,
+                },
+                Kernel::MatVecGlu {
+                    t,
+                    op: Elementwise::GeluMul,
+                },
                 Kernel::MatVecDot { t, residual: false },
                 Kernel::MatVecDot { t, residual: true },
             ]);
@@ -406,7 +421,9 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop { .. } => f.coop != 0 && f.shader_f16 && f.subgroups,
-            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => f.repacks(t),
+            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } | Kernel::MatVecGlu { t, .. } => {
+                f.repacks(t)
+            }
             // Repacked weights decode on Q8 activations (MatVecDot).
             Kernel::MatVec(t) => !f.repacks(t),
             // Its quad sums in registers: plain f32 arithmetic.
@@ -431,6 +448,8 @@ impl Kernel {
             Kernel::MatVecDot { residual: true, .. } => &[R, R, R, RW, RW, RW],
             // ... or the other weights and outputs.
             Kernel::MatVecMulti(_) => &[R, R, R, RW, R, RW, R, RW],
+            // ... or the up weight and output, the GLU's output and its Q8.
+            Kernel::MatVecGlu { .. } => &[R, R, R, RW, R, RW, RW, RW, RW, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -485,16 +504,37 @@ impl Kernel {
         };
         match self {
             // Repacked Q4_0 and Q8_0 decode: whole blocks per invocation.
-            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } => {
+            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } | Kernel::MatVecGlu { t, .. } => {
                 type_defines(t, &mut def);
                 wg = WG_MATVEC_DOT;
                 def("REDUCE4");
                 match self {
-                    Kernel::MatVecMulti(_) => def("MULTI"),
-                    Kernel::MatVecDot { residual: true, .. } => def("RESID"),
+                    Kernel::MatVecMulti(_) => {
+                        def("W1");
+                        def("MULTI");
+                    }
+                    Kernel::MatVecGlu { op, .. } => {
+                        def("W1");
+                        def("GLU");
+                        def("Q8");
+                        def(match op {
+                            Elementwise::GeluMul => "GELU_MUL",
+                            _ => "SILU_MUL",
+                        });
+                    }
+                    Kernel::MatVecDot { residual, .. } => {
+                        def("SINGLE");
+                        if residual {
+                            def("RESID");
+                        }
+                    }
                     _ => {}
                 }
-                parts.extend([src::REDUCE, src::MATVEC_BLOCKS]);
+                parts.push(src::REDUCE);
+                if matches!(self, Kernel::MatVecGlu { .. }) {
+                    parts.push(src::EXACT);
+                }
+                parts.push(src::MATVEC_BLOCKS);
             }
             Kernel::MatMulCoop { t, wide } => {
                 type_defines(t, &mut def);
@@ -653,6 +693,7 @@ impl Kernel {
         if let Kernel::GetRows(t)
         | Kernel::MatVec(t)
         | Kernel::MatVecMulti(t)
+        | Kernel::MatVecGlu { t, .. }
         | Kernel::MatMul(t)
         | Kernel::MatMulCoop { t, .. } = self
             && f.repacks(t)

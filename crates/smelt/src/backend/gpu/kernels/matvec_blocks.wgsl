@@ -35,14 +35,22 @@
 // may be res, or out.
 
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;     // (m, k) repacked
-@group(0) @binding(2) var<storage, read> xq: array<vec4<u32>>;     // (n, k / 16) Q8 quants, 4 per word
-@group(0) @binding(3) var<storage, read> xd: array<f32>;           // (n, k / 32) d
+@group(0) @binding(2) var<storage, read> aq: array<vec4<u32>>;     // (n, k / 16) Q8 quants, 4 per word
+@group(0) @binding(3) var<storage, read> ad: array<f32>;           // (n, k / 32) d
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;    // (n, m)
-#ifdef MULTI
+#ifdef W1
 @group(0) @binding(5) var<storage, read> wq1: array<vec4<u32>>;    // (m1, k) repacked
 @group(0) @binding(6) var<storage, read_write> out1: array<f32>;   // (n, m1)
+#endif
+#ifdef MULTI
 @group(0) @binding(7) var<storage, read> wq2: array<vec4<u32>>;    // (m2, k) repacked
 @group(0) @binding(8) var<storage, read_write> out2: array<f32>;   // (n, m2)
+#endif
+#ifdef GLU
+@group(0) @binding(7) var<storage, read_write> act: array<f32>;    // (n, m) act(out) · out1
+@group(0) @binding(8) var<storage, read_write> xq: array<u32>;     // (n, m / 4) act's Q8 quants
+@group(0) @binding(9) var<storage, read_write> xd: array<f32>;     // (n, m / 32) f16(d), widened
+@group(0) @binding(10) var<storage, read_write> xs: array<f32>;    // (n, m / 32) f16(d · Σq), widened
 #endif
 #ifdef RESID
 @group(0) @binding(5) var<storage, read_write> res: array<f32>;    // (n, m)
@@ -79,10 +87,12 @@ fn blk(which: u32, b: u32) -> Blk {
     let si = SB_WORDS * (b / 8u) + 8u * Q_WORDS;
     // Q4_0 has no second half: its q2 is q again, unused.
     let q2 = qi + Q_WORDS - 1u;
-#ifdef MULTI
+#ifdef W1
     if (which == 1u) {
         return Blk(wq1[qi], wq1[q2], wq1[si]);
     }
+#endif
+#ifdef MULTI
     if (which == 2u) {
         return Blk(wq2[qi], wq2[q2], wq2[si]);
     }
@@ -131,7 +141,7 @@ fn block_dot_of(k: Blk, b: u32, a: Act) -> f32 {
 // from the token's activation blocks starting at block xb.
 fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
     let xi = xb + b;
-    var a = Act(xq[2u * xi], xq[2u * xi + 1u], xd[xi], 0);
+    var a = Act(aq[2u * xi], aq[2u * xi + 1u], ad[xi], 0);
 #ifdef TYPE_Q4_0
     let ones = 0x01010101u;
     a.sum8 = 8 * (dot4I8Packed(a.lo.x, ones) + dot4I8Packed(a.lo.y, ones) + dot4I8Packed(a.lo.z, ones)
@@ -152,17 +162,17 @@ fn firsts(r0: u32, m: u32, nb: u32) -> vec4<u32> {
     return min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(m - 1u)) * nb;
 }
 
-// The 4 rows' sums over this invocation's blocks, four blocks a step so
-// that their loads are in flight together.
-fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, lid: u32) -> vec4<f32> {
+// The 4 rows' sums over blocks b0, b0 + st, ... of a row, four blocks a
+// step so that their loads are in flight together.
+fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, b0: u32, st: u32) -> vec4<f32> {
     var acc = vec4<f32>(0.0);
-    var b = lid;
-    for (; b + 3u * RED_WG < nb; b += 4u * RED_WG) {
-        acc += (rows4(which, rb, b, xb) + rows4(which, rb, b + RED_WG, xb))
-            + (rows4(which, rb, b + 2u * RED_WG, xb) + rows4(which, rb, b + 3u * RED_WG, xb));
+    var b = b0;
+    for (; b + 3u * st < nb; b += 4u * st) {
+        acc += (rows4(which, rb, b, xb) + rows4(which, rb, b + st, xb))
+            + (rows4(which, rb, b + 2u * st, xb) + rows4(which, rb, b + 3u * st, xb));
     }
-    for (; b + RED_WG < nb; b += 2u * RED_WG) {
-        acc += rows4(which, rb, b, xb) + rows4(which, rb, b + RED_WG, xb);
+    for (; b + st < nb; b += 2u * st) {
+        acc += rows4(which, rb, b, xb) + rows4(which, rb, b + st, xb);
     }
     if (b < nb) {
         acc += rows4(which, rb, b, xb);
@@ -195,7 +205,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     let r0 = gb * NR;
     let nb = pu(3);
-    let total = wg_sum4(sweep(which, firsts(r0, m, nb), nb, t * nb, ln.lid), ln);
+    let total = wg_sum4(sweep(which, firsts(r0, m, nb), nb, t * nb, ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             let o = t * m + r0 + r;
@@ -213,7 +223,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 }
 #endif
 
-#ifndef MULTI
+#ifdef SINGLE
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -225,7 +235,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
     let nb = pu(3);
-    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb, ln.lid), ln);
+    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb, ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
@@ -237,5 +247,59 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             }
         }
     }
+}
+#endif
+
+#ifdef GLU
+// 32 rows of each weight (gate rows 0..32 and up rows 32..64) for the GLU.
+var<workgroup> glu_part: array<vec4<f32>, RED_WG>;
+var<workgroup> glu_rows: array<f32, 64>;
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg);
+    let m = pu(0);
+    let groups = m / 32u;
+    // Past the last group (a grid spilled into y): clamped, nothing stored.
+    let gg = min(g, groups * pu(2) - 1u);
+    let r0 = (gg % groups) * 32u;
+    let t = gg / groups;
+    let nb = pu(3);
+    // Invocation lid: quad lid / 8 of the 16 (8 of gate rows, 8 of up
+    // rows), blocks lid % 8, lid % 8 + 8, ... of its 4 rows.
+    let quad = lid / 8u;
+    let which = quad / 8u;
+    let rb = firsts(r0 + 4u * (quad % 8u), m, nb);
+    glu_part[lid] = sweep(which, rb, nb, t * nb, lid % 8u, 8u);
+    workgroupBarrier();
+    if (lid < 64u) {
+        var v = 0.0;
+        for (var l = 0u; l < 8u; l++) {
+            v += glu_part[(lid / 4u) * 8u + l][lid % 4u];
+        }
+        glu_rows[lid] = v;
+        let live_row = g < groups * pu(2);
+        if (live_row && lid < 32u) {
+            out[t * m + r0 + lid] = v;
+        } else if (live_row) {
+            out1[t * m + r0 + lid - 32u] = v;
+        }
+    }
+    workgroupBarrier();
+    // One Q8 block: 8 invocations of 4 values each.
+    let live = lid < 8u && g < groups * pu(2);
+    var v = vec4<f32>(0.0);
+    if (live) {
+        for (var e = 0u; e < 4u; e++) {
+            let i = 4u * lid + e;
+#ifdef SILU_MUL
+            v[e] = cpu_silu(glu_rows[i]) * glu_rows[32u + i];
+#else
+            v[e] = cpu_gelu(glu_rows[i]) * glu_rows[32u + i];
+#endif
+            act[t * m + r0 + i] = v[e];
+        }
+    }
+    q8_store(v, lid, live && pu(4) == 1u, (t * m + r0) / 4u + lid);
 }
 #endif
