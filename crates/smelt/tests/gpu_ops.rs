@@ -1071,6 +1071,96 @@ fn f32_mode_paired_ropes_and_cache_writes() {
     b.assert_passed(seed);
 }
 
+/// The f32 mode's decode of one row takes Q's and K's ropes and K's and V's
+/// cache writes into the attention after them (`AttentionRope`), which
+/// also rounds its output for the mat-vec after it: two dispatches.
+/// Every output against the CPU (the mat-vec's, the attention's, Q and K
+/// rotated, both caches) over head sizes and cache types, at the first
+/// position (the new key alone), at a position whose key starts a chunk of
+/// the workgroup's, with a window, with frequency factors, and with the
+/// row written where the attention does not read (ids ≠ slot · ctx + pos:
+/// key p then comes from the cache).
+#[test]
+fn f32_mode_decode_attention_takes_in_the_ropes() {
+    let (seed, mut b) = f32_mode_bench();
+    let (n_heads, n_kv, ctx, slots) = (8usize, 2usize, 300usize, 2usize);
+    // (position, slot, window, cache row written; None: slot · ctx + pos)
+    let cases = [
+        (0usize, 1usize, None, None),
+        (128, 0, None, None),
+        (200, 1, Some(50), None),
+        (77, 0, None, Some(299)),
+    ];
+    for hd in [64usize, 128] {
+        let w = b.weight(GgmlType::Q4_0, 96, n_heads * hd);
+        let factors: Vec<f32> = (0..hd / 2).map(|i| 1.0 + i as f32 / 16.0).collect();
+        let factors = b.input(F32, 1, hd / 2, bytemuck::cast_slice(&factors));
+        for cache_t in [F32, F16] {
+            for (ci, &(at, slot, window, row)) in cases.iter().enumerate() {
+                let (kc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
+                let (vc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
+                let (pos, seq) = (b.i32s(&[at as i32]), b.i32s(&[slot as i32]));
+                let ids = b.i32s(&[row.unwrap_or(slot * ctx + at) as i32]);
+                let (q, k, v) = (
+                    b.f32s(1, n_heads * hd, 1.0),
+                    b.f32s(1, n_kv * hd, 1.0),
+                    b.f32s(1, n_kv * hd, 1.0),
+                );
+                let (k_rot, out) = (b.output(F32, 1, n_kv * hd), b.output(F32, 1, n_heads * hd));
+                let (out_r, mv) = (b.output(F32, 1, n_heads * hd), b.output(F32, 1, 96));
+                let ff = (ci == 2).then_some(factors);
+                let layer = |be: &mut dyn Backend, g: bool| {
+                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                    let rope = |n| RopeParams {
+                        freq_factors: ff.map(p),
+                        ..rope_params(RopeMode::Normal, n, hd)
+                    };
+                    let params = AttentionParams {
+                        n_heads,
+                        n_kv_heads: n_kv,
+                        head_dim: hd,
+                        scale: 1.0 / (hd as f32).sqrt(),
+                        ctx,
+                        window,
+                        softcap: None,
+                    };
+                    // Q in place and K not, as the model ropes them.
+                    be.rope(p(q), p(pos), &rope(n_heads), p(q))?;
+                    be.rope(p(k), p(pos), &rope(n_kv), p(k_rot))?;
+                    be.set_rows(p(k_rot), p(ids), p(kc))?;
+                    be.set_rows(p(v), p(ids), p(vc))?;
+                    be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))?;
+                    let x = if g {
+                        out.gpu
+                    } else {
+                        cpu_q8_rounded(be, out.cpu, out_r.cpu)?
+                    };
+                    be.matmul(p(w), x, p(mv))
+                };
+                let name = format!("rope+attention hd {hd} {cache_t} case {ci}");
+                // Each check runs the layer again: Q rotates once more on
+                // both sides.
+                for (what, t, tol) in [
+                    ("mat-vec", mv, 1e-6),
+                    ("attention", out, 1e-9),
+                    ("q", q, 1e-9),
+                    ("k rotated", k_rot, 1e-9),
+                    ("k cache", kc, 1e-9),
+                    ("v cache", vc, 1e-9),
+                ] {
+                    b.check(&format!("{name}: {what}"), tol, t, layer);
+                }
+                let before = b.gpu.stats().dispatches;
+                layer(&mut b.gpu, true).unwrap();
+                b.gpu.synchronize().unwrap();
+                let d = b.gpu.stats().dispatches - before;
+                assert_eq!(d, 2, "seed {seed}: {name}: dispatches");
+            }
+        }
+    }
+    b.assert_passed(seed);
+}
+
 /// Prefill attention in the f32 mode: with subgroups, four invocations a
 /// (head, row) in workgroups of 32 rows (`AttentionQuads`). Head sizes of
 /// the models (64, 128, 256), a last block of fewer rows, blocks whose rows

@@ -199,6 +199,7 @@ pub struct Activations {
     pub h: Tensor,       // B × E: normed
     pub q: Tensor,       // B × (H·hd)
     pub k: Tensor,       // B × (Hkv·hd)
+    pub k_rot: Tensor,   // B × (Hkv·hd): K rotated (not in place, see `forward`)
     pub v: Tensor,       // B × (Hkv·hd)
     pub attn: Tensor,    // B × (H·hd)
     pub proj: Tensor,    // B × E: attention and FFN outputs
@@ -227,6 +228,7 @@ impl Activations {
             h: b.alloc(f32_, n_batch, c.n_embd)?,
             q: b.alloc(f32_, n_batch, c.q_dim())?,
             k: b.alloc(f32_, n_batch, c.kv_dim())?,
+            k_rot: b.alloc(f32_, n_batch, c.kv_dim())?,
             v: b.alloc(f32_, n_batch, c.kv_dim())?,
             attn: b.alloc(f32_, n_batch, c.q_dim())?,
             proj: b.alloc(f32_, n_batch, c.n_embd)?,
@@ -292,9 +294,12 @@ pub fn forward(
                 b.add(out, bias, out)?;
             }
         }
+        // K rotated into its own buffer: a GPU decode attention that takes
+        // in the ropes reads K from every head of a group.
+        let k_rot = rows(a.k_rot);
         b.rope(q, pos, &rope_q, q)?;
-        b.rope(k, pos, &rope_k, k)?;
-        b.set_rows(k, kv_rows, cache.k[il])?;
+        b.rope(k, pos, &rope_k, k_rot)?;
+        b.set_rows(k_rot, kv_rows, cache.k[il])?;
         b.set_rows(v, kv_rows, cache.v[il])?;
         if last && n_out == 0 {
             // Only the cache was wanted of this step.

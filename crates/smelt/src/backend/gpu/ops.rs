@@ -356,11 +356,18 @@ impl Backend for GpuBackend {
         // head is whole blocks of 32.
         let t = [q, k_cache, v_cache, pos, seq, out];
         let groups = (q.rows * p.n_heads) as u64;
+        // The ropes and cache writes just held, joined where they can be.
+        let rope = self.rope_store_for_attention(t, (p.n_heads, p.n_kv_heads, p.head_dim));
+        let held = Pending::Attention {
+            t,
+            params,
+            groups,
+            rope,
+        };
         if p.head_dim.is_multiple_of(32) {
-            return self.defer(Pending::Attention { t, params, groups });
+            return self.defer(held);
         }
-        let (kernel, params, bound, groups) =
-            Pending::Attention { t, params, groups }.dispatch(None, self.aux());
+        let (kernel, params, bound, groups) = held.dispatch(None, self.aux());
         self.run(kernel, params, &bound, groups)
     }
 

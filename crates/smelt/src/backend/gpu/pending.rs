@@ -8,7 +8,8 @@
 //!   (`MatVecDot` with `residual`), or else into the rms_norm after it
 //!   (`AddRmsNorm`), in the f32 mode.
 //! - Q's and K's ropes with K's and V's cache writes (`RopeStore`;
-//!   `RopePair`, `SetRowsPair`).
+//!   `RopePair`, `SetRowsPair`), and in the f32 mode's decode those with
+//!   the attention after them (`AttentionRope`).
 //!
 //! Each op's dispatch (kernel, parameters, bindings, workgroups) is built by
 //! a `*_call` function, so an op held back and the same op recorded at
@@ -63,6 +64,19 @@ pub(super) enum Pending {
         p: RopeParams,
         store: Option<(Tensor, Tensor)>,
     },
+    /// Q's and K's ropes (one row, K not in place) and K's and V's cache
+    /// writes (f32 mode): the decode attention of the rotated Q over those
+    /// caches next joins them (`AttentionRope`); anything else dispatches
+    /// them as a `RopeStore`.
+    RopeStore {
+        q: (Tensor, Tensor),
+        k: (Tensor, Tensor, usize),
+        pos: Tensor,
+        p: RopeParams,
+        ids: Tensor,
+        kc: Tensor,
+        v: (Tensor, Tensor),
+    },
     /// A KV-cache write: one with the same ids into a cache of the same
     /// shape next (V after K) joins it in one dispatch.
     SetRows {
@@ -72,11 +86,13 @@ pub(super) enum Pending {
     },
     /// Decode attention (q, caches, positions, slots, out; its parameters
     /// and workgroups), whose output the next matmul rounds to Q8 inside
-    /// it (`AttentionQ8`).
+    /// it (`AttentionQ8`); with `rope`, the ropes and cache writes before
+    /// it joined (`AttentionRope`).
     Attention {
         t: [Tensor; 6],
         params: Params,
         groups: u64,
+        rope: Option<RopeJoin>,
     },
     /// Gate and up (two repacked decode mat-vecs of one Q8-rounded input,
     /// quants and scales `x`, rows a multiple of 32; f32 mode): the GLU of
@@ -98,6 +114,18 @@ pub(super) enum Pending {
         x: [Tensor; 3],
         out: Tensor,
     },
+}
+
+/// What a decode attention takes over from the `RopeStore` before it: Q
+/// before its rope (the attention's q is the rotated one), K and K
+/// rotated, V, the cache rows and the rope.
+#[derive(Clone, Copy)]
+pub(super) struct RopeJoin {
+    x: Tensor,
+    k: (Tensor, Tensor),
+    v: Tensor,
+    ids: Tensor,
+    p: RopeParams,
 }
 
 /// Tensors a held-back dispatch may bind besides its own: the dummy for an
@@ -269,6 +297,35 @@ fn rope_store_call(
     )
 }
 
+/// Decode attention (`t`: q, caches, positions, slots, out; parameters and
+/// workgroups) of one row with the ropes and cache writes before it, and
+/// with `q8` the Q8 rounding of its output (`AttentionRope`).
+fn attention_rope_call(
+    (t, mut params, groups): ([Tensor; 6], Params, u64),
+    r: RopeJoin,
+    q8: Option<[Tensor; 3]>,
+    aux: Aux,
+) -> Call {
+    let [q, kc, vc, pos, seq, out] = t;
+    // After the attention's 9: the rope's, as rope_call's, and whether it
+    // rounds.
+    params[9] = r.p.n_dims as u32;
+    params[10] = r.p.freq_base.powf(-2.0 / r.p.n_dims as f32).to_bits();
+    params[11] = r.p.freq_scale.to_bits();
+    params[12] = u32::from(r.p.freq_factors.is_some());
+    params[13] = u32::from(q8.is_some());
+    let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
+    let ff = r.p.freq_factors.unwrap_or(aux.dummy);
+    (
+        Kernel::AttentionRope(kc.dtype),
+        params,
+        vec![
+            r.x, kc, vc, pos, seq, out, xq, xd, xs, q, r.k.0, r.k.1, r.v, ff, r.ids, aux.tables,
+        ],
+        groups,
+    )
+}
+
 /// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
 /// invocation per value, or per pair of values of an F16 cache.
 fn set_rows_call(
@@ -309,6 +366,7 @@ impl Pending {
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
+            Pending::RopeStore { v, .. } => v.1,
             Pending::GateUp { outs, glu, .. } => glu.map_or(outs[1], |(_, act)| act),
             Pending::Attention { t, .. } => t[5],
             Pending::SetRows { dst, .. } => dst,
@@ -351,8 +409,28 @@ impl Pending {
                 ref p,
                 store: Some((ids, kc)),
             } => rope_store_call((q, k, pos, p), (ids, kc), None, aux),
+            Pending::RopeStore {
+                q,
+                k,
+                pos,
+                ref p,
+                ids,
+                kc,
+                v,
+            } => rope_store_call((q, k, pos, p), (ids, kc), Some(v), aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
-            Pending::Attention { t, params, groups } => {
+            Pending::Attention {
+                t,
+                params,
+                groups,
+                rope: Some(rope),
+            } => attention_rope_call((t, params, groups), rope, q8, aux),
+            Pending::Attention {
+                t,
+                params,
+                groups,
+                rope: None,
+            } => {
                 let [q, k, v, pos, seq, out] = t;
                 match q8 {
                     None => (
@@ -567,10 +645,31 @@ impl GpuBackend {
                         && src.id != kc.id
                         && read.iter().chain([&kc]).all(|t| t.id != dst.id) =>
                 {
-                    self.pending = None;
                     self.wrote(dst);
-                    let (kernel, params, bound, groups) =
-                        rope_store_call((q, k, pos, &p), (ids, kc), Some((src, dst)), self.aux());
+                    let held = Pending::RopeStore {
+                        q,
+                        k,
+                        pos,
+                        p,
+                        ids,
+                        kc,
+                        v: (src, dst),
+                    };
+                    // The attention next may take them in: one row, K's
+                    // input not overwritten (other heads read it), and the
+                    // adapter binding all its buffers.
+                    let bindings = Kernel::AttentionRope(kc.dtype).bindings().len() as u32;
+                    let joinable = self.ctx.features.fast_math
+                        && x.rows == 1
+                        && k.0.id != k.1.id
+                        && p.head_dim.is_multiple_of(4)
+                        && self.ctx.limits.max_storage_buffers_per_shader_stage >= bindings;
+                    if joinable {
+                        self.pending = Some(held);
+                        return Ok(());
+                    }
+                    self.pending = None;
+                    let (kernel, params, bound, groups) = held.dispatch(None, self.aux());
                     return self.run(kernel, params, &bound, groups);
                 }
                 _ => {}
@@ -600,6 +699,45 @@ impl GpuBackend {
         self.wrote(dst);
         self.pending = Some(Pending::SetRows { src, ids, dst });
         Ok(())
+    }
+
+    /// The held ropes and cache writes, if the decode attention of `q` over
+    /// caches `kc`, `vc` at `pos` (writing `out`) can take them in
+    /// (`Pending::RopeStore`); they are no longer held then.
+    pub(super) fn rope_store_for_attention(
+        &mut self,
+        [q, kc, vc, pos, seq, out]: [Tensor; 6],
+        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+    ) -> Option<RopeJoin> {
+        let Some(Pending::RopeStore {
+            q: (x, qo),
+            k,
+            pos: rpos,
+            p,
+            ids,
+            kc: rkc,
+            v,
+        }) = self.pending
+        else {
+            return None;
+        };
+        let same = (qo, rkc, v.1, rpos) == (q, kc, vc, pos)
+            && (p.n_heads, k.2, p.head_dim) == (n_heads, n_kv_heads, head_dim);
+        // The output is none of what the kernel reads or writes besides.
+        let apart = [x, k.0, k.1, v.0, kc, vc, ids, pos, seq]
+            .iter()
+            .all(|t| t.id != out.id);
+        if !same || !apart {
+            return None;
+        }
+        self.pending = None;
+        Some(RopeJoin {
+            x,
+            k: (k.0, k.1),
+            v: v.0,
+            ids,
+            p,
+        })
     }
 
     /// Holds a residual add back (f32 activations), for an rms_norm of its

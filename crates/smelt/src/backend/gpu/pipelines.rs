@@ -23,6 +23,7 @@ mod src {
     pub const MATMUL: &str = include_str!("kernels/matmul.wgsl");
     pub const NORM: &str = include_str!("kernels/norm.wgsl");
     pub const ROPE: &str = include_str!("kernels/rope.wgsl");
+    pub const ROTATE: &str = include_str!("kernels/rotate.wgsl");
     pub const ATTENTION: &str = include_str!("kernels/attention.wgsl");
     pub const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
     pub const SOFTMAX: &str = include_str!("kernels/softmax.wgsl");
@@ -160,6 +161,11 @@ pub enum Kernel {
     /// Decode attention that also rounds its output to Q8 blocks for the
     /// matmul after it (`Pending::Attention`).
     AttentionQ8(GgmlType),
+    /// Decode attention of one row (f32 mode) that first ropes its Q and K
+    /// heads and writes K's and V's cache rows (`RopeStore` joined), then
+    /// takes the new key from workgroup memory; its last parameter says
+    /// whether it rounds its output to Q8 too.
+    AttentionRope(GgmlType),
     /// One invocation per (head, row), for a head size (prefill).
     AttentionRows {
         kv: GgmlType,
@@ -327,6 +333,10 @@ const WG_MATVEC: u32 = 64;
 /// 516, 207 t/s against 516, 488, 194); 32 and 256 were slower.
 const WG_MATVEC_DOT: u32 = 128;
 pub const WG_ROW: u32 = 256;
+/// The fused gate/up/GLU mat-vec: 16 invocations per 4 rows. On the H200
+/// the 8b model's gate and up took 1018 µs/token against 1662 with 128 (8
+/// a quad: too few loads in flight), and 1178 as a MatVecMulti and GluQ8.
+const WG_MATVEC_GLU: u32 = 256;
 /// Decode attention: on the H200, 128 ran tg128 0-5% faster than 64 (1b
 /// Q4_0, 1b Q8_0, 8b Q4_0: 562, 542, 240 t/s against 527-546, 531-547,
 /// 228-229), 256 no better overall (its attention −22%).
@@ -379,6 +389,8 @@ impl Kernel {
             Kernel::Attention(F16),
             Kernel::AttentionQ8(F32),
             Kernel::AttentionQ8(F16),
+            Kernel::AttentionRope(F32),
+            Kernel::AttentionRope(F16),
             Kernel::Softmax,
             Kernel::Argmax,
             Kernel::SetRows(F32),
@@ -428,6 +440,7 @@ impl Kernel {
             Kernel::MatVec(t) => !f.repacks(t),
             // Its quad sums in registers: plain f32 arithmetic.
             Kernel::AttentionQuads { .. } => f.fast_math && f.subgroups,
+            Kernel::AttentionRope(_) => f.fast_math,
             _ => true,
         }
     }
@@ -464,6 +477,11 @@ impl Kernel {
                 &[RW, R, R, RW, RW, RW, R]
             }
             Kernel::AttentionQ8(_) => &[RW, R, R, RW, RW, RW, RW, RW, RW, R],
+            // ... or the caches written too, then Q rotated, K, K rotated,
+            // V, the frequency factors and the cache row.
+            Kernel::AttentionRope(_) => &[
+                RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, R,
+            ],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
@@ -486,8 +504,10 @@ impl Kernel {
         if f.subgroups {
             def("SUBGROUPS");
         }
-        if f.shader_f16 {
-            def("SHADER_F16");
+        // Caches read as vec2<f16> (the rope-joined attention writes them
+        // as u32 words, as rope.wgsl does).
+        if f.shader_f16 && !matches!(self, Kernel::AttentionRope(_)) {
+            def("KV_HALF");
         }
         if f.fused_fma {
             def("FUSED_FMA");
@@ -507,6 +527,9 @@ impl Kernel {
             Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } | Kernel::MatVecGlu { t, .. } => {
                 type_defines(t, &mut def);
                 wg = WG_MATVEC_DOT;
+                if matches!(self, Kernel::MatVecGlu { .. }) {
+                    wg = WG_MATVEC_GLU;
+                }
                 def("REDUCE4");
                 match self {
                     Kernel::MatVecMulti(_) => {
@@ -604,7 +627,7 @@ impl Kernel {
                     def("PAIR");
                 }
                 tables(&mut defines);
-                parts.extend([src::EXACT, src::ROPE]);
+                parts.extend([src::EXACT, src::ROTATE, src::ROPE]);
             }
             Kernel::RopeStore(cache) => {
                 def("PAIR");
@@ -613,18 +636,26 @@ impl Kernel {
                     def("CACHE_F16");
                 }
                 tables(&mut defines);
-                parts.extend([src::EXACT, src::ROPE]);
+                parts.extend([src::EXACT, src::ROTATE, src::ROPE]);
             }
-            Kernel::Attention(kv) | Kernel::AttentionQ8(kv) => {
+            Kernel::Attention(kv) | Kernel::AttentionQ8(kv) | Kernel::AttentionRope(kv) => {
                 if kv == GgmlType::F16 {
                     def("KV_F16");
                 }
-                if matches!(self, Kernel::AttentionQ8(_)) {
+                if !matches!(self, Kernel::Attention(_)) {
                     def("Q8");
+                }
+                let rope = matches!(self, Kernel::AttentionRope(_));
+                if rope {
+                    def("ROPE");
                 }
                 wg = WG_ATTENTION;
                 tables(&mut defines);
-                parts.extend([src::REDUCE, src::EXACT, src::ATTENTION]);
+                parts.extend([src::REDUCE, src::EXACT]);
+                if rope {
+                    parts.push(src::ROTATE);
+                }
+                parts.push(src::ATTENTION);
             }
             Kernel::AttentionRows { kv, head_dim } | Kernel::AttentionQuads { kv, head_dim } => {
                 if kv == GgmlType::F16 {

@@ -35,11 +35,17 @@
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
 #ifdef KV_F16
+#ifdef ROPE
+// Written too (the new key and value): u32 words, as rope.wgsl writes them.
+@group(0) @binding(2) var<storage, read_write> kc: array<u32>;    // (slots * ctx, n_kv_heads * head_dim / 2)
+@group(0) @binding(3) var<storage, read_write> vc: array<u32>;    // (slots * ctx, n_kv_heads * head_dim / 2)
+#else
 // With shader-f16, {{KV}} is vec2<f16>, read natively; else u32 words
 // unpacked in registers.
 @group(0) @binding(2) var<storage, read> kc: array<{{KV}}>;       // (slots * ctx, n_kv_heads * head_dim / 2)
 @group(0) @binding(3) var<storage, read> vc: array<{{KV}}>;       // (slots * ctx, n_kv_heads * head_dim / 2)
-#ifdef SHADER_F16
+#endif
+#ifdef KV_HALF
 fn kv2(w: vec2<f16>) -> vec2<f32> {
     return vec2<f32>(w);
 }
@@ -49,8 +55,13 @@ fn kv2(w: u32) -> vec2<f32> {
 }
 #endif
 #else
+#ifdef ROPE
+@group(0) @binding(2) var<storage, read_write> kc: array<f32>;    // (slots * ctx, n_kv_heads * head_dim)
+@group(0) @binding(3) var<storage, read_write> vc: array<f32>;    // (slots * ctx, n_kv_heads * head_dim)
+#else
 @group(0) @binding(2) var<storage, read> kc: array<f32>;          // (slots * ctx, n_kv_heads * head_dim)
 @group(0) @binding(3) var<storage, read> vc: array<f32>;          // (slots * ctx, n_kv_heads * head_dim)
+#endif
 #endif
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
@@ -59,6 +70,16 @@ fn kv2(w: u32) -> vec2<f32> {
 @group(0) @binding(7) var<storage, read_write> xq: array<u32>;    // (n, n_heads * head_dim / 4) quants, 4 per word
 @group(0) @binding(8) var<storage, read_write> xd: array<f32>;    // (n, n_heads * head_dim / 32) f16(d), widened
 @group(0) @binding(9) var<storage, read_write> xs: array<f32>;    // (n, n_heads * head_dim / 32) f16(d · Σq), widened
+#endif
+#ifdef ROPE
+// The rope's outputs and the cache writes' inputs (q, binding 1, is Q
+// before its rope).
+@group(0) @binding(10) var<storage, read_write> qo: array<f32>;   // (1, n_heads * head_dim) Q rotated
+@group(0) @binding(11) var<storage, read_write> xk: array<f32>;   // (1, n_kv_heads * head_dim) K
+@group(0) @binding(12) var<storage, read_write> ko: array<f32>;   // (1, n_kv_heads * head_dim) K rotated
+@group(0) @binding(13) var<storage, read_write> xv: array<f32>;   // (1, n_kv_heads * head_dim) V
+@group(0) @binding(14) var<storage, read_write> ff: array<f32>;   // (n_dims / 2) frequency factors, or a dummy
+@group(0) @binding(15) var<storage, read_write> ids: array<i32>;  // (1) the new row's cache row
 #endif
 
 // Rounds to the cache type: f16 for an F16 cache.
@@ -314,6 +335,82 @@ var<workgroup> ps: array<f32, RED_WG>;  // (WG) this chunk's probabilities
 var<workgroup> vpart: array<vec4<f32>, RED_WG>; // (WG) slices' weighted values
 var<workgroup> w_pos: u32;
 var<workgroup> w_row0: u32;
+#ifdef ROPE
+var<workgroup> kn: array<f32, 256>;     // (head_dim) the new key, as the cache holds it
+var<workgroup> vn: array<f32, 256>;     // (head_dim) the new value, likewise
+var<workgroup> w_new: u32;              // 1: key p is the new one (kn, vn)
+
+// Row i's Q head h rotated into qs (and qo); its K head kvh rotated, and
+// its V head, as the cache holds them, into kn and vn. The group's first
+// head also writes K's rotated head to ko and both heads to cache row
+// ids[i] (nothing for a row outside the cache), as rope.wgsl's STORE.
+fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32) {
+    let hd = pu(3);
+    let kb = i * pu(2) * hd + kvh * hd;
+    let at = f32(pos[i]);
+    let first = h % (pu(1) / pu(2)) == 0u;
+    let id = ids[i];
+    let store = first && id >= 0 && u32(id) < pu(8);
+    let cb = u32(max(id, 0)) * pu(2) * hd + kvh * hd;
+    let factored = pu(12) != 0u;
+    for (var pp = lid; pp < hd / 2u; pp += RED_WG) {
+        let d = 2u * pp;
+        var qv = vec2<f32>(q[qb + d], q[qb + d + 1u]);
+        var kv = vec2<f32>(xk[kb + d], xk[kb + d + 1u]);
+        if (pp < pu(9) / 2u) {
+            var factor = 1.0;
+            if (factored) {
+                factor = ff[pp];
+            }
+            qv = rope_rotate(qv.x, qv.y, pp, at, pf(10), pf(11), factored, factor);
+            kv = rope_rotate(kv.x, kv.y, pp, at, pf(10), pf(11), factored, factor);
+        }
+        let vv = vec2<f32>(xv[kb + d], xv[kb + d + 1u]);
+        qo[qb + d] = qv.x;
+        qo[qb + d + 1u] = qv.y;
+        qs[d] = rh(qv.x);
+        qs[d + 1u] = rh(qv.y);
+#ifdef KV_F16
+        let kw = pack_f16(kv.x, kv.y);
+        let vw = pack_f16(vv.x, vv.y);
+        let k2 = h2(kw);
+        let v2 = h2(vw);
+#else
+        let k2 = kv;
+        let v2 = vv;
+#endif
+        kn[d] = k2.x;
+        kn[d + 1u] = k2.y;
+        vn[d] = v2.x;
+        vn[d + 1u] = v2.y;
+        if (first) {
+            ko[kb + d] = kv.x;
+            ko[kb + d + 1u] = kv.y;
+        }
+        if (store) {
+#ifdef KV_F16
+            kc[(cb + d) / 2u] = kw;
+            vc[(cb + d) / 2u] = vw;
+#else
+            kc[cb + d] = kv.x;
+            kc[cb + d + 1u] = kv.y;
+            vc[cb + d] = vv.x;
+            vc[cb + d + 1u] = vv.y;
+#endif
+        }
+    }
+}
+
+// q · the new key (head_dim a multiple of 4).
+fn kdot_new(hd: u32) -> f32 {
+    var s = vec4<f32>(0.0);
+    for (var d = 0u; d < hd; d += 4u) {
+        let qv = vec4<f32>(qs[d], qs[d + 1u], qs[d + 2u], qs[d + 3u]);
+        s = fma(qv, vec4<f32>(kn[d], kn[d + 1u], kn[d + 2u], kn[d + 3u]), s);
+    }
+    return (s.x + s.y) + (s.z + s.w);
+}
+#endif
 
 // q · k for the key head starting at element e of the cache, in ggml's
 // order (see the ROWS variant).
@@ -394,6 +491,16 @@ fn kdot_fast(e: u32, hd: u32) -> f32 {
     return (s.x + s.y) + (s.z + s.w);
 }
 
+// q · the key at element e of the cache, or the new key.
+fn kdot_at(e: u32, hd: u32, new_key: bool) -> f32 {
+#ifdef ROPE
+    if (new_key) {
+        return kdot_new(hd);
+    }
+#endif
+    return kdot_fast(e, hd);
+}
+
 // Keys jj..jj+4 (the first's value element at vb, rows `stride` apart)
 // weighted by their probabilities.
 fn v4_at(vb: u32, stride: u32, jj: u32) -> vec4<f32> {
@@ -424,10 +531,21 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         // Out-of-range values are clamped so reads stay in the cache.
         w_pos = min(u32(max(pos[i], 0)), ctx - 1u);
         w_row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
+#ifdef ROPE
+        // Key p is the new one where the rope's cache write goes (the
+        // model's ids: slot · ctx + pos); its row is then not read.
+        w_new = u32(ids[i] == i32(w_row0 + w_pos));
+#endif
     }
+#ifdef ROPE
+    rope_heads(i, h, kvh, qb, lid);
+    let is_new = workgroupUniformLoad(&w_new) == 1u;
+#else
     for (var d = lid; d < hd; d += RED_WG) {
         qs[d] = rh(q[qb + d]);
     }
+    let is_new = false;
+#endif
     let p = workgroupUniformLoad(&w_pos);
     let row0 = workgroupUniformLoad(&w_row0);
     var start = 0u;
@@ -443,7 +561,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         var sc = NEG_BIG;
         if (j <= p) {
 #ifdef FAST
-            sc = capped(kdot_fast((row0 + j) * kv_stride + kvh * hd, hd));
+            sc = capped(kdot_at((row0 + j) * kv_stride + kvh * hd, hd, is_new && j == p));
 #else
             sc = capped(kdot((row0 + j) * kv_stride + kvh * hd, hd));
 #endif
@@ -468,7 +586,10 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         if (hd % 4u == 0u) {
             // Invocation lid adds 4 dims (column lid % cols) of the keys
             // of slice lid / cols (keys s, s + sl, ...), 4 keys in flight
-            // a step; the slices' sums meet in workgroup memory.
+            // a step; the slices' sums meet in workgroup memory. The new
+            // key (last of the last chunk), if any, comes from vn.
+            let new_here = is_new && p + 1u - j0 <= RED_WG;
+            let cached = cnt - u32(new_here);
             let cols = hd / 4u;
             let sl = RED_WG / cols;
             let col = lid % cols;
@@ -480,16 +601,23 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
                 var a3 = vec4<f32>(0.0);
                 let vb = vb0 + 4u * col;
                 var jj = s;
-                for (; jj + 3u * sl < cnt; jj += 4u * sl) {
+                for (; jj + 3u * sl < cached; jj += 4u * sl) {
                     a = fma(vec4<f32>(ps[jj]), v4(vb + jj * kv_stride), a);
                     a1 = fma(vec4<f32>(ps[jj + sl]), v4(vb + (jj + sl) * kv_stride), a1);
                     a2 = fma(vec4<f32>(ps[jj + 2u * sl]), v4(vb + (jj + 2u * sl) * kv_stride), a2);
                     a3 = fma(vec4<f32>(ps[jj + 3u * sl]), v4(vb + (jj + 3u * sl) * kv_stride), a3);
                 }
-                for (; jj < cnt; jj += sl) {
+                for (; jj < cached; jj += sl) {
                     a = fma(vec4<f32>(ps[jj]), v4(vb + jj * kv_stride), a);
                 }
                 a = (a + a1) + (a2 + a3);
+#ifdef ROPE
+                if (new_here && s == 0u) {
+                    let c4 = 4u * col;
+                    let vnew = vec4<f32>(vn[c4], vn[c4 + 1u], vn[c4 + 2u], vn[c4 + 3u]);
+                    a = fma(vec4<f32>(ps[cnt - 1u]), vnew, a);
+                }
+#endif
             }
             vpart[lid] = a;
             workgroupBarrier();
@@ -575,7 +703,11 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (live) {
         v = vec4<f32>(qs[4u * lid], qs[4u * lid + 1u], qs[4u * lid + 2u], qs[4u * lid + 3u]);
     }
+#ifdef ROPE
+    q8_store(v, lid, live && pu(13) == 1u, qb / 4u + lid);
+#else
     q8_store(v, lid, live, qb / 4u + lid);
+#endif
 #endif
 }
 #endif

@@ -251,7 +251,11 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
 
 #ifdef GLU
-// 32 rows of each weight (gate rows 0..32 and up rows 32..64) for the GLU.
+// 32 rows of each weight (gate rows 0..32 and up rows 32..64) for the GLU:
+// 16 quads of rows, PER invocations each (the 8b model's gate and up,
+// 128 blocks a row, took ~1.4× the time of the separate mat-vec and GLU
+// with 8 invocations a quad: too few loads in flight).
+const PER: u32 = RED_WG / 16u;
 var<workgroup> glu_part: array<vec4<f32>, RED_WG>;
 var<workgroup> glu_rows: array<f32, 64>;
 
@@ -265,17 +269,17 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let r0 = (gg % groups) * 32u;
     let t = gg / groups;
     let nb = pu(3);
-    // Invocation lid: quad lid / 8 of the 16 (8 of gate rows, 8 of up
-    // rows), blocks lid % 8, lid % 8 + 8, ... of its 4 rows.
-    let quad = lid / 8u;
+    // Invocation lid: quad lid / PER of the 16 (8 of gate rows, 8 of up
+    // rows), blocks lid % PER, lid % PER + PER, ... of its 4 rows.
+    let quad = lid / PER;
     let which = quad / 8u;
     let rb = firsts(r0 + 4u * (quad % 8u), m, nb);
-    glu_part[lid] = sweep(which, rb, nb, t * nb, lid % 8u, 8u);
+    glu_part[lid] = sweep(which, rb, nb, t * nb, lid % PER, PER);
     workgroupBarrier();
     if (lid < 64u) {
         var v = 0.0;
-        for (var l = 0u; l < 8u; l++) {
-            v += glu_part[(lid / 4u) * 8u + l][lid % 4u];
+        for (var l = 0u; l < PER; l++) {
+            v += glu_part[(lid / 4u) * PER + l][lid % 4u];
         }
         glu_rows[lid] = v;
         let live_row = g < groups * pu(2);

@@ -5,9 +5,7 @@
 // pair; x and out may be the same buffer.
 //
 // As ggml: theta_scale = base^(-2/n_dims) (computed by the host with
-// powf), theta = p · theta_scale^i by repeated f32 multiplication, angle
-// = freq_scale · theta (/ factor), libm's cosf/sinf (sincos_rn), and
-// x0·cos − x1·sin, x0·sin + x1·cos fused as a C compiler contracts them.
+// powf), the rotation itself in rotate.wgsl.
 //
 // The STORE define (with PAIR, normal mode: a pair is two neighbouring
 // values) also writes the second tensor's rotated rows into a KV cache at
@@ -161,22 +159,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let i0 = base + 2u * p;
     let i1 = i0 + 1u;
 #endif
-    var theta = f32(pos[row]);
-#ifdef FAST
-    theta *= pow(pf(4), f32(p));
-#else
-    for (var i = 0u; i < p; i++) {
-        theta = opaque(theta * pf(4));
-    }
-#endif
+    var factor = 1.0;
     if (pu(6) != 0u) {
-        theta = div_rn(theta, ff[p]);
+        factor = ff[p];
     }
-    let sc = sincos_rn(pf(5) * theta);
     let x0 = ld(second, i0);
     let x1 = ld(second, i1);
-    let y0 = fmaf(x0, sc.y, -(x1 * sc.x));
-    let y1 = fmaf(x0, sc.x, x1 * sc.y);
+    let y = rope_rotate(x0, x1, p, f32(pos[row]), pf(4), pf(5), pu(6) != 0u, factor);
+    let y0 = y.x;
+    let y1 = y.y;
     st(second, i0, y0);
     st(second, i1, y1);
 #ifdef STORE

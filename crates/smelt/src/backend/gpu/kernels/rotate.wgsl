@@ -1,0 +1,23 @@
+// RoPE's rotation of pair i, values (x0, x1), at position `at`, as ggml
+// computes it: theta = at · theta_scale^i by repeated f32 multiplication
+// (FAST: pow), over the pair's frequency factor when there are factors
+// (`factored`), angle = freq_scale · theta, libm's cosf/sinf
+// (sincos_rn), and x0·cos − x1·sin, x0·sin + x1·cos fused as a C compiler
+// contracts them. Shared by rope.wgsl and the decode attention that ropes
+// its own query and key (attention.wgsl's ROPE).
+
+fn rope_rotate(x0: f32, x1: f32, i: u32, at: f32, theta_scale: f32, freq_scale: f32, factored: bool, factor: f32) -> vec2<f32> {
+    var theta = at;
+#ifdef FAST
+    theta *= pow(theta_scale, f32(i));
+#else
+    for (var j = 0u; j < i; j++) {
+        theta = opaque(theta * theta_scale);
+    }
+#endif
+    if (factored) {
+        theta = div_rn(theta, factor);
+    }
+    let sc = sincos_rn(freq_scale * theta);
+    return vec2<f32>(fmaf(x0, sc.y, -(x1 * sc.x)), fmaf(x0, sc.x, x1 * sc.y));
+}
