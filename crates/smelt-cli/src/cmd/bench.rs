@@ -169,11 +169,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         run(&mut m.session, 1)?;
         let before = m.session.model().backend_stats();
         let times = m.session.model().backend_op_times();
+        let host = m.session.host_times();
         let samples = (0..args.repetitions)
             .map(|_| run(&mut m.session, args.n_gen))
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
         let tokens = args.n_gen * args.repetitions;
+        if args.backend.verbose {
+            let now = m.session.host_times();
+            let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / tokens as f64;
+            eprintln!(
+                "smelt: tg{}: host time per token: recording {:.1} µs, submit to logits {:.1} µs",
+                args.n_gen,
+                per(now.recording - host.recording),
+                per(now.finishing - host.finishing)
+            );
+        }
         perf_table(&m.session, &format!("tg{}", args.n_gen), &times, tokens);
         results.push(Result {
             test: format!("tg{}", args.n_gen),

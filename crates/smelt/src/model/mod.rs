@@ -15,6 +15,8 @@ pub mod gemma3;
 pub mod kv_cache;
 pub mod llama;
 
+use std::time::{Duration, Instant};
+
 use crate::backend::{Backend, BackendError, BackendExt};
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::GgmlType;
@@ -136,6 +138,15 @@ pub struct SessionParams {
     pub kv_type: GgmlType,
 }
 
+/// Host time spent in [`Session::decode`]: recording forward passes
+/// (inputs written, ops recorded or, on the CPU, run) and finishing them
+/// (submitting, waiting, copying the logits back).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostTimes {
+    pub recording: Duration,
+    pub finishing: Duration,
+}
+
 /// The default context when none is asked for: the model's, up to this.
 pub const DEFAULT_MAX_CTX: usize = 4096;
 
@@ -205,6 +216,7 @@ impl Batch {
 /// pass needs, allocated once.
 pub struct Session {
     model: Model,
+    host: HostTimes,
     params: SessionParams,
     n_ctx: usize,
     cache: KvCache,
@@ -248,6 +260,7 @@ impl Session {
         let act = llama::Activations::new(&c, b, params.n_batch, params.n_outputs)?;
         Ok(Session {
             model,
+            host: HostTimes::default(),
             params,
             n_ctx,
             cache,
@@ -273,6 +286,11 @@ impl Session {
 
     pub fn params(&self) -> &SessionParams {
         &self.params
+    }
+
+    /// Host time spent in `decode` so far.
+    pub fn host_times(&self) -> HostTimes {
+        self.host
     }
 
     /// Valid positions of `slot`.
@@ -392,6 +410,7 @@ impl Session {
             }
         }
         let (n, n_out) = (rows.len(), out_ids.len());
+        let start = Instant::now();
         let b = self.model.backend.as_mut();
         let a = &self.act;
         b.write_i32(a.tokens, tokens)?;
@@ -404,11 +423,14 @@ impl Session {
             Weights::Llama(w) => llama::forward(b, c, w, &self.cache, a, n, n_out)?,
             Weights::Gemma3(w) => gemma3::forward(b, c, w, &self.cache, a, n, n_out)?,
         }
+        let recorded = Instant::now();
         if n_out > 0 {
             let vocab = self.model.config.n_vocab;
             let dst = &mut self.logits[out_done * vocab..(out_done + n_out) * vocab];
             b.read(a.logits.with_rows(n_out), bytemuck::cast_slice_mut(dst))?;
         }
+        self.host.recording += recorded - start;
+        self.host.finishing += recorded.elapsed();
         Ok(())
     }
 }

@@ -9,6 +9,10 @@
 //! slot with a dynamic uniform offset. Bind groups are created once per
 //! (kernel, buffers) and cached: buffers live as long as the backend.
 //!
+//! A read waits for its submission by polling the device without sleeping
+//! on a hardware adapter (`spin`): the driver's sleeping wait cost each
+//! token its wake-up.
+//!
 //! Profiling (`GpuOptions::profile`) gives each dispatch its own pass with
 //! timestamp writes at its start and end, and waits after each submission
 //! to add the times up per kernel.
@@ -19,6 +23,10 @@ use crate::backend::{BackendError, OpTime, Result, Stats};
 
 use super::context::Context;
 use super::pipelines::{Kernel, PARAMS_BYTES, PipelineCache};
+
+/// The longest a read polls without sleeping before it blocks (a long
+/// prefill need not hold a core).
+const SPIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Dispatches one submission can hold before the arena forces a submit.
 const MAX_DISPATCHES: u64 = 4096;
@@ -365,10 +373,14 @@ impl Recorder {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.wait(ctx)?;
-        let mapped = rx
-            .recv()
-            .map_err(|_| BackendError::Other("readback was never mapped".into()))?;
+        let mapped = match spin(ctx, &rx)? {
+            Some(r) => r,
+            None => {
+                self.wait(ctx)?;
+                rx.recv()
+                    .map_err(|_| BackendError::Other("readback was never mapped".into()))?
+            }
+        };
         mapped.map_err(|e| BackendError::Other(format!("mapping the readback buffer: {e}")))?;
         {
             let view = slice
@@ -392,4 +404,31 @@ impl Recorder {
             })?;
         ctx.take_error()
     }
+}
+
+/// On a hardware adapter, polls the device without sleeping until `rx`
+/// has the mapping's result, for up to `SPIN_LIMIT`; None on a software
+/// one (it needs the cores) or past the limit. Sleeping in the driver's
+/// wait cost every token its wake-up and a slower core after it: on
+/// an H200, tg128 of the 1b Q4_0 model went from 553-564 t/s to
+/// 625-691, the host's recording and submission getting faster too.
+fn spin(
+    ctx: &Context,
+    rx: &std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+) -> Result<Option<std::result::Result<(), wgpu::BufferAsyncError>>> {
+    if ctx.report.software {
+        return Ok(None);
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < SPIN_LIMIT {
+        ctx.device
+            .poll(wgpu::PollType::Poll)
+            .map_err(|e| BackendError::DeviceLost(e.to_string()))?;
+        if let Ok(r) = rx.try_recv() {
+            ctx.take_error()?;
+            return Ok(Some(r));
+        }
+        std::hint::spin_loop();
+    }
+    Ok(None)
 }
