@@ -29,9 +29,21 @@
 // matmul after it (exact.wgsl's q8_store, as quantize.wgsl's Q8), a head
 // being whole blocks of 32: one dispatch fewer per layer.
 //
+// The ROPE define (decode of one row, FAST, head_dim a multiple of 4)
+// takes in the ropes and cache writes before it (`AttentionRope`): each
+// workgroup rotates its Q head and its group's K head (rotate.wgsl), keeps
+// the new key and value as the cache holds them in workgroup memory, and
+// the group's first head writes K rotated and both cache rows (rows
+// ids[i]). Key p is taken from workgroup memory when ids[i] is the row
+// the attention reads for it (slot · ctx + pos, as the model writes it);
+// a write elsewhere inside the window would race with the reads (no
+// caller does that). With Q8 always bound, param 13 says whether the
+// output is rounded.
+//
 // Params: 0 n (query rows), 1 n_heads, 2 n_kv_heads, 3 head_dim, 4 ctx,
 // 5 window (0: none), 6 scale (f32; over softcap when there is one),
-// 7 softcap (f32, 0: none), 8 cache rows.
+// 7 softcap (f32, 0: none), 8 cache rows; ROPE: 9 n_dims, 10 theta_scale
+// (f32), 11 freq_scale (f32), 12 has frequency factors, 13 rounds to Q8.
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
 #ifdef KV_F16
@@ -96,6 +108,16 @@ fn rh(v: f32) -> f32 {
 
 fn rh4(v: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(rh(v.x), rh(v.y), rh(v.z), rh(v.w));
+}
+
+// The first key a query at position p sees: p + 1 - window with a
+// window (param 5), else 0.
+fn first_key(p: u32) -> u32 {
+    let win = pu(5);
+    if (win > 0u && p + 1u > win) {
+        return p + 1u - win;
+    }
+    return 0u;
 }
 
 // A scaled score, capped as ggml caps it: cap · tanh(s · scale / cap).
@@ -171,11 +193,7 @@ fn main(
     let kv_stride = pu(2) * hd;
     let p = min(u32(max(pos[ii], 0)), ctx - 1u);
     let row0 = min(u32(max(seq[ii], 0)) * ctx, pu(8) - ctx);
-    var start = 0u;
-    let win = pu(5);
-    if (win > 0u && p + 1u > win) {
-        start = p + 1u - win;
-    }
+    let start = first_key(p);
     let qb = ii * nh * hd + h * hd;
     var qv: array<vec4<f32>, QV>;
     var acc: array<vec4<f32>, QV>;
@@ -256,11 +274,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     // Out-of-range positions and slots are clamped so reads stay in the cache.
     let p = min(u32(max(pos[i], 0)), ctx - 1u);
     let row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
-    var start = 0u;
-    let win = pu(5);
-    if (win > 0u && p + 1u > win) {
-        start = p + 1u - win;
-    }
+    let start = first_key(p);
     let qb = i * nh * hd + h * hd;
     var qv: array<vec4<f32>, HD4>;
     var acc: array<vec4<f32>, HD4>;
@@ -548,11 +562,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
     let p = workgroupUniformLoad(&w_pos);
     let row0 = workgroupUniformLoad(&w_row0);
-    var start = 0u;
-    let win = pu(5);
-    if (win > 0u && p + 1u > win) {
-        start = p + 1u - win;
-    }
+    let start = first_key(p);
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);

@@ -30,6 +30,11 @@
 // row, 4 row blocks of w, 5 m1, 6 row blocks of w1, 7 m2, 8 row blocks of
 // w2 (0: no third weight).
 //
+// GLU: gate (wq) and up (wq1) of one input, act = silu(gate) · up (or
+// GELU), a workgroup per 32 rows of both, and with param 4 the Q8
+// rounding of act for the down mat-vec (`Pending::GateUp`). Params: 0 m,
+// 1 k, 2 n, 3 blocks per row, 4 rounds act.
+//
 // RESID (single weight, whole rows of out): the residual add after the
 // mat-vec in the same dispatch (`Pending::MatVec`), sum = res + out; sum
 // may be res, or out.
