@@ -560,30 +560,15 @@ fn kv_cases(b: &mut Bench) {
                 let tol = if cache_t == F16 { 1e-5 } else { 1e-8 };
                 b.check(&name, tol, out, |be, g| {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
-                    let params = gqa_params((n_heads, n_kv, hd), ctx, window, softcap);
+                    let params = AttentionParams {
+                        window,
+                        softcap,
+                        ..AttentionParams::new(n_heads, n_kv, hd, ctx)
+                    };
                     be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))
                 });
             }
         }
-    }
-}
-
-/// Grouped-query attention of `heads` (query heads, KV heads, head size)
-/// with the usual scale.
-fn gqa_params(
-    (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
-    ctx: usize,
-    window: Option<usize>,
-    softcap: Option<f32>,
-) -> AttentionParams {
-    AttentionParams {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-        ctx,
-        window,
-        softcap,
     }
 }
 
@@ -1126,7 +1111,10 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
                         freq_factors: ff.map(p),
                         ..rope_params(RopeMode::Normal, n, hd)
                     };
-                    let params = gqa_params((n_heads, n_kv, hd), ctx, window, None);
+                    let params = AttentionParams {
+                        window,
+                        ..AttentionParams::new(n_heads, n_kv, hd, ctx)
+                    };
                     // Q in place and K not, as the model ropes them.
                     be.rope(p(q), p(pos), &rope(n_heads), p(q))?;
                     be.rope(p(k), p(pos), &rope(n_kv), p(k_rot))?;
@@ -1208,7 +1196,11 @@ fn f32_mode_prefill_attention() {
                     );
                     b.check(&name, 1e-10, out, |be, g| {
                         let p = |x: Pair| if g { x.gpu } else { x.cpu };
-                        let params = gqa_params((n_heads, n_kv, hd), ctx, window, softcap);
+                        let params = AttentionParams {
+                            window,
+                            softcap,
+                            ..AttentionParams::new(n_heads, n_kv, hd, ctx)
+                        };
                         be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))
                     });
                 }

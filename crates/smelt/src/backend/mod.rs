@@ -130,6 +130,22 @@ pub struct AttentionParams {
     pub softcap: Option<f32>,
 }
 
+impl AttentionParams {
+    /// Grouped-query attention with the usual `1/sqrt(head_dim)` scale, no
+    /// window and no softcap.
+    pub fn new(n_heads: usize, n_kv_heads: usize, head_dim: usize, ctx: usize) -> Self {
+        Self {
+            n_heads,
+            n_kv_heads,
+            head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            ctx,
+            window: None,
+            softcap: None,
+        }
+    }
+}
+
 /// What a backend is and can do.
 #[derive(Clone, Debug, Default)]
 pub struct Caps {

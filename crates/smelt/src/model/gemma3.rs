@@ -133,13 +133,9 @@ pub fn forward(
     // The query is scaled before the scores, as llama.cpp does (it rounds
     // the scaled query to the cache type), so the scores are not scaled.
     let attn = |swa: bool| AttentionParams {
-        n_heads: c.n_head,
-        n_kv_heads: c.n_head_kv,
-        head_dim: hd,
         scale: 1.0,
-        ctx: cache.n_ctx,
         window: swa.then_some(c.n_swa),
-        softcap: None,
+        ..AttentionParams::new(c.n_head, c.n_head_kv, hd, cache.n_ctx)
     };
 
     let x = rows(a.x);

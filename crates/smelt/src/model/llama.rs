@@ -272,15 +272,7 @@ pub fn forward(
         freq_factors: w.rope_freqs,
     };
     let (rope_q, rope_k) = (rope(c.n_head), rope(c.n_head_kv));
-    let attn = AttentionParams {
-        n_heads: c.n_head,
-        n_kv_heads: c.n_head_kv,
-        head_dim: c.head_dim,
-        scale: 1.0 / (c.head_dim as f32).sqrt(),
-        ctx: cache.n_ctx,
-        window: None,
-        softcap: None,
-    };
+    let attn = AttentionParams::new(c.n_head, c.n_head_kv, c.head_dim, cache.n_ctx);
 
     let x = rows(a.x);
     b.get_rows(w.token_embd, tokens, x)?;

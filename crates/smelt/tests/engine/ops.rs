@@ -305,18 +305,6 @@ fn matmul_by_hand_and_random_on(b: &mut dyn Backend) {
     }
 }
 
-fn attn_params(n_heads: usize, n_kv_heads: usize, head_dim: usize, ctx: usize) -> AttentionParams {
-    AttentionParams {
-        n_heads,
-        n_kv_heads,
-        head_dim,
-        scale: 1.0 / (head_dim as f32).sqrt(),
-        ctx,
-        window: None,
-        softcap: None,
-    }
-}
-
 #[test]
 fn attention_by_hand() {
     each_backend(attention_by_hand_on);
@@ -332,7 +320,7 @@ fn attention_by_hand_on(b: &mut dyn Backend) {
     let pos = i32s(b, &[1, 0]);
     let seq = i32s(b, &[0, 0]);
     let out = b.alloc(GgmlType::F32, 2, 2).unwrap();
-    let p = attn_params(1, 1, 2, 2);
+    let p = AttentionParams::new(1, 1, 2, 2);
     b.attention(q, k, v, pos, seq, &p, out).unwrap();
     assert_close(&b.read_f32(out).unwrap(), &[4.0, 6.0, 2.0, 4.0], 1e-6);
 
@@ -439,7 +427,7 @@ fn attention_random_gqa_slots_window_softcap_f16_on(b: &mut dyn Backend) {
         (None, Some(2.0)),
         (Some(1), Some(5.0)),
     ] {
-        let mut p = attn_params(hq, hk, hd, ctx);
+        let mut p = AttentionParams::new(hq, hk, hd, ctx);
         p.window = window;
         p.softcap = softcap;
         b.attention(q, k32, v32, pos, seq, &p, out).unwrap();

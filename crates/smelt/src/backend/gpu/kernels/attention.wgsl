@@ -110,6 +110,16 @@ fn rh4(v: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(rh(v.x), rh(v.y), rh(v.z), rh(v.w));
 }
 
+// Row i's position and its slot's first cache row, clamped so reads stay
+// in the cache.
+fn last_key(i: u32) -> u32 {
+    return min(u32(max(pos[i], 0)), pu(4) - 1u);
+}
+
+fn slot_row0(i: u32) -> u32 {
+    return min(u32(max(seq[i], 0)) * pu(4), pu(8) - pu(4));
+}
+
 // The first key a query at position p sees: p + 1 - window with a
 // window (param 5), else 0.
 fn first_key(p: u32) -> u32 {
@@ -188,11 +198,10 @@ fn main(
     // A quad past the last row computes row n - 1 and stores nothing: its
     // shuffles stay within itself either way.
     let ii = min(i, n - 1u);
-    let ctx = pu(4);
     let kvh = h / (nh / pu(2));
     let kv_stride = pu(2) * hd;
-    let p = min(u32(max(pos[ii], 0)), ctx - 1u);
-    let row0 = min(u32(max(seq[ii], 0)) * ctx, pu(8) - ctx);
+    let p = last_key(ii);
+    let row0 = slot_row0(ii);
     let start = first_key(p);
     let qb = ii * nh * hd + h * hd;
     var qv: array<vec4<f32>, QV>;
@@ -268,12 +277,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let h = g / n;
     let i = g % n;
     let hd = HD4 * 4u;
-    let ctx = pu(4);
     let kvh = h / (nh / pu(2));
     let kv_stride = pu(2) * hd;
-    // Out-of-range positions and slots are clamped so reads stay in the cache.
-    let p = min(u32(max(pos[i], 0)), ctx - 1u);
-    let row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
+    let p = last_key(i);
+    let row0 = slot_row0(i);
     let start = first_key(p);
     let qb = i * nh * hd + h * hd;
     var qv: array<vec4<f32>, HD4>;
@@ -534,7 +541,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let i = g / nh;
     let h = g % nh;
     let hd = pu(3);
-    let ctx = pu(4);
     let kvh = h / (nh / pu(2));
     let kv_stride = pu(2) * hd;
     let qb = i * nh * hd + h * hd;
@@ -543,8 +549,8 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         // Positions and slots come from storage, so they are not uniform to
         // the compiler; broadcast them to make the chunk loop uniform.
         // Out-of-range values are clamped so reads stay in the cache.
-        w_pos = min(u32(max(pos[i], 0)), ctx - 1u);
-        w_row0 = min(u32(max(seq[i], 0)) * ctx, pu(8) - ctx);
+        w_pos = last_key(i);
+        w_row0 = slot_row0(i);
 #ifdef ROPE
         // Key p is the new one where the rope's cache write goes (the
         // model's ids: slot · ctx + pos); its row is then not read.
