@@ -695,7 +695,13 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
     let tol = if coop != 0 { 2e-6 } else { 1e-8 };
     for t in WEIGHT_TYPES {
         let k = if t.block_size() == 256 { 512 } else { 160 };
-        for (m, n) in [(130usize, 70usize), (64, 64), (67, 5), (200, 129)] {
+        // Short tiles (n < 96), slim ones (few tiles) and, where the
+        // adapter has cooperative matrices, wide ones (132 tiles or more).
+        let mut shapes = vec![(130usize, 70usize), (64, 64), (67, 5), (200, 129)];
+        if coop != 0 {
+            shapes.push((4200, 129));
+        }
+        for (m, n) in shapes {
             let w = b.weight(t, m, k);
             let x = b.f32s(n, k, 1.0);
             let out = b.output(F32, n, m);

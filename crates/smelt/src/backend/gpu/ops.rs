@@ -12,7 +12,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pending::{matvec_call, multi_call};
 use super::pipelines::{
-    Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
+    CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
 };
 use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
@@ -23,9 +23,6 @@ const MAX_HEAD_DIM: usize = 256;
 /// Above this many query rows attention runs one invocation per (head,
 /// row) rather than one workgroup per (row, head).
 const ATTENTION_ROWS_MIN: usize = 4;
-/// Prefill of this many tokens or more takes the cooperative-matrix tiles
-/// of 128 tokens; a shorter batch those of 32, which pad it less.
-const COOP_WIDE_MIN_TOKENS: usize = 96;
 
 /// A limit of the GPU kernels beyond the contract.
 fn limit(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
@@ -515,11 +512,11 @@ impl GpuBackend {
                 )
             }
             MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
-                let wide = n >= COOP_WIDE_MIN_TOKENS;
-                let (tm, tn) = self.ctx.features.coop_tile(wide);
+                let tile = CoopTile::pick(self.ctx.features.coop, m, n);
+                let (tm, tn) = self.ctx.features.coop_tile(tile);
                 let tiles_m = m.div_ceil(tm);
                 self.run(
-                    Kernel::MatMulCoop { t: w.dtype, wide },
+                    Kernel::MatMulCoop { t: w.dtype, tile },
                     params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
                     &[w, x, out],
                     (tiles_m * n.div_ceil(tn)) as u64,

@@ -129,11 +129,11 @@ pub enum Kernel {
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
-    /// adapter has them (`ShaderFeatures::coop`); `wide` tiles take 128
-    /// tokens, the others 32 (a short batch).
+    /// adapter has them (`ShaderFeatures::coop`), in tiles of one of three
+    /// shapes.
     MatMulCoop {
         t: GgmlType,
-        wide: bool,
+        tile: CoopTile,
     },
     /// A legacy quant on Q8-rounded activations in ggml's arithmetic, a
     /// quad of invocations per row carrying up to 4 tokens (decode) ...
@@ -221,10 +221,46 @@ impl ShaderFeatures {
 
     /// The prefill tile of `matmul_coop.wgsl` (rows × tokens) for these
     /// features.
-    pub fn coop_tile(self, wide: bool) -> (usize, usize) {
-        let c = CoopShape::of(self.coop, wide);
-        let fs = self.coop as usize;
-        (c.sr * c.fm * fs, c.st * c.fn_ * fs)
+    pub fn coop_tile(self, tile: CoopTile) -> (usize, usize) {
+        CoopShape::of(self.coop, tile).tile(self.coop)
+    }
+}
+
+/// The tile shapes of `matmul_coop.wgsl`, one pipeline each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoopTile {
+    /// 64 rows × 128 tokens: a batch of many tokens.
+    Wide,
+    /// 32 rows × 128 tokens on 4 subgroups: a matmul of few wide tiles,
+    /// which would leave streaming multiprocessors idle (the K and V
+    /// projections).
+    Slim,
+    /// 128 rows × 32 tokens: a short batch, which 128 tokens would pad.
+    Short,
+}
+
+/// Prefill of this many tokens or more takes the tiles of 128 tokens.
+const COOP_WIDE_MIN_TOKENS: usize = 96;
+/// A matmul of fewer wide tiles than this takes slim ones: about one
+/// workgroup per multiprocessor of the large GPUs measured (132 on the
+/// H100 and H200).
+const COOP_FEW_TILES: usize = 132;
+
+impl CoopTile {
+    pub const ALL: [CoopTile; 3] = [CoopTile::Wide, CoopTile::Slim, CoopTile::Short];
+
+    /// The tile for an (m rows) × (n tokens) output, with fragments of fs.
+    pub fn pick(fs: u32, m: usize, n: usize) -> CoopTile {
+        if n < COOP_WIDE_MIN_TOKENS {
+            return CoopTile::Short;
+        }
+        let c = CoopShape::of(fs, CoopTile::Wide);
+        let (tm, tn) = c.tile(fs);
+        if m.div_ceil(tm) * n.div_ceil(tn) < COOP_FEW_TILES {
+            CoopTile::Slim
+        } else {
+            CoopTile::Wide
+        }
     }
 }
 
@@ -235,7 +271,11 @@ impl ShaderFeatures {
 /// 128 tokens) ran 1b Q4_0, 1b Q8_0, 8b Q4_0 at 29687, 31607, 6509 t/s;
 /// 4 × 4 of 2 × 2 (128 × 128) at 27418, -, 6184; 4 × 2 of 2 × 2 (128 × 64)
 /// at 25221, -, 5224; 2 × 4 of 2 × 4 (64 × 256) at 25714, 27847, 5845.
-/// Using a smaller tile for matmuls of few tiles gained at most 2% (noise).
+/// The K and V projections of the 8b model (1024 rows: 64 wide tiles) ran
+/// at 40 TFLOP/s against 107 for the others; slim tiles (1 × 4 subgroups
+/// of 2 × 2) for matmuls of few wide tiles ran 8b at 6996 / 7005 t/s
+/// against 6876 / 6871, 1b Q4_0 at 32665 / 31192 against 30685 / 30673
+/// (64 × 64 tiles: 6960 / 6956 and 30490 / 30497).
 #[derive(Clone, Copy, Debug)]
 struct CoopShape {
     sr: usize,
@@ -245,28 +285,21 @@ struct CoopShape {
 }
 
 impl CoopShape {
-    fn of(fs: u32, wide: bool) -> CoopShape {
-        match (fs, wide) {
+    fn of(fs: u32, tile: CoopTile) -> CoopShape {
+        let (sr, st, fm, fn_) = match (fs, tile) {
             // Metal's 8 × 8 simdgroup matrices (not measured): 64 × 64.
-            (8, _) => CoopShape {
-                sr: 2,
-                st: 2,
-                fm: 4,
-                fn_: 4,
-            },
-            (_, true) => CoopShape {
-                sr: 2,
-                st: 4,
-                fm: 2,
-                fn_: 2,
-            },
-            (_, false) => CoopShape {
-                sr: 4,
-                st: 1,
-                fm: 2,
-                fn_: 2,
-            },
-        }
+            (8, _) => (2, 2, 4, 4),
+            (_, CoopTile::Wide) => (2, 4, 2, 2),
+            (_, CoopTile::Slim) => (1, 4, 2, 2),
+            (_, CoopTile::Short) => (4, 1, 2, 2),
+        };
+        CoopShape { sr, st, fm, fn_ }
+    }
+
+    /// Rows × tokens of the output tile.
+    fn tile(self, fs: u32) -> (usize, usize) {
+        let fs = fs as usize;
+        (self.sr * self.fm * fs, self.st * self.fn_ * fs)
     }
 
     /// Workgroup memory in bytes (the staged tiles at 40 halves a row, and
@@ -310,10 +343,10 @@ impl CoopShape {
 }
 
 /// Whether an adapter's limits hold `matmul_coop.wgsl` with fragments of
-/// `fs` in both its shapes.
+/// `fs` in all its shapes.
 pub fn coop_fits(fs: u32, limits: &wgpu::Limits) -> bool {
-    [true, false].into_iter().all(|wide| {
-        let (bytes, invocations) = CoopShape::of(fs, wide).requirements(fs);
+    CoopTile::ALL.into_iter().all(|tile| {
+        let (bytes, invocations) = CoopShape::of(fs, tile).requirements(fs);
         bytes <= limits.max_compute_workgroup_storage_size
             && invocations <= limits.max_compute_invocations_per_workgroup
     })
@@ -348,13 +381,8 @@ impl Kernel {
         use GgmlType::{F16, F32};
         let mut v = Vec::new();
         for t in WEIGHT_TYPES {
-            v.extend([
-                Kernel::GetRows(t),
-                Kernel::MatVec(t),
-                Kernel::MatMul(t),
-                Kernel::MatMulCoop { t, wide: false },
-                Kernel::MatMulCoop { t, wide: true },
-            ]);
+            v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
+            v.extend(CoopTile::ALL.map(|tile| Kernel::MatMulCoop { t, tile }));
         }
         for t in Q8_WEIGHT_TYPES {
             v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
@@ -559,9 +587,9 @@ impl Kernel {
                 }
                 parts.push(src::MATVEC_BLOCKS);
             }
-            Kernel::MatMulCoop { t, wide } => {
+            Kernel::MatMulCoop { t, tile } => {
                 type_defines(t, &mut def);
-                let c = CoopShape::of(f.coop, wide);
+                let c = CoopShape::of(f.coop, tile);
                 defines.push(("FS", f.coop.to_string()));
                 defines.push(("FM", c.fm.to_string()));
                 defines.push(("FN", c.fn_.to_string()));

@@ -8,12 +8,13 @@
 // a grid; each holds FM × FN accumulators (TM / SR rows × TN / ST tokens).
 //
 // Per step of TK = 32 along k, the workgroup decodes the weight tile from
-// its GGUF blocks (`dq8`, 8 values per call) and rounds the activations to
+// its GGUF blocks (`de8`, 8 values per call) and rounds the activations to
 // f16, both into workgroup memory as [row or token][k] with LDS halves per
 // row, stored V halves at a time; each subgroup then loads its fragments
-// from there and multiplies. The next step's weights and activations are
-// read into registers before this step's multiplies, so their loads are
-// in flight meanwhile.
+// from there and multiplies. The next step's activations and the words of
+// its weight blocks (`ld8`: decoded when staged, which holds fewer
+// registers than the values and waits on no load) are read into registers
+// before this step's multiplies, so their loads are in flight meanwhile.
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
@@ -72,10 +73,10 @@ fn put_x(h: u32, v: vec4<f32>) {
 #endif
 }
 
-// One step's weights and activations in registers: the dq8 calls and
+// One step's weights and activations in registers: the ld8 calls and
 // vec4s of invocation lid, in the order `stage` stores them.
 struct Step {
-    w: array<V8, NW>,
+    w: array<R8, NW>,
     x: array<vec4<f32>, NX>,
 }
 
@@ -87,7 +88,7 @@ fn fetch(lid: u32, k0: u32, r0: u32, t0: u32) -> Step {
     for (var c = 0u; c < NW; c++) {
         let i = lid + c * WG;
         let r = min(r0 + i / (TK / 8u), m - 1u);
-        s.w[c] = dq8(r * pu(3), k0 / 8u + i % (TK / 8u));
+        s.w[c] = ld8(r * pu(3), k0 / 8u + i % (TK / 8u));
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
@@ -101,8 +102,9 @@ fn stage(lid: u32, s: Step) {
     for (var c = 0u; c < NW; c++) {
         let i = lid + c * WG;
         let h = (i / (TK / 8u)) * LDS + 8u * (i % (TK / 8u));
-        put_w(h, s.w[c].a);
-        put_w(h + 4u, s.w[c].b);
+        let v = de8(s.w[c], i % (TK / 8u));
+        put_w(h, v.a);
+        put_w(h + 4u, v.b);
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;

@@ -10,7 +10,10 @@
 // TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0, TYPE_Q4_K, TYPE_Q5_K or TYPE_Q6_K. Each
 // type provides
 //   dq8(rb, i): values 8i..8i+8 of the row starting at byte rb;
-//   dq1(rb, k): value k of that row.
+//   dq1(rb, k): value k of that row;
+//   ld8(rb, i) and de8(r, i): dq8 split into reading the words (an R8)
+//   and decoding them, for a prefetch (REPACKED types; the others read
+//   and decode in ld8).
 // PLAIN is defined for F32 and F16, whose rows may have any length; the
 // block types always hold whole groups of 8. With WQ_F16 (F16 weights on an
 // adapter with shader-f16) `wq` is `array<f16>` and read natively.
@@ -125,11 +128,28 @@ fn dq8(rb: u32, i: u32) -> V8 {
 // scales: 36 or 68 words. `rb` is then the row's first block index (the
 // host passes blocks per row as row_bytes), not a byte offset.
 #ifdef REPACKED
-// The scale of block b whose superblock starts at word `base`, the scales
-// at word `base + at`.
-fn sb_scale(base: u32, at: u32, b: u32) -> f32 {
-    let dd = h2(wq[base + at + (b % 8u) / 2u]);
-    return select(dd.x, dd.y, (b & 1u) == 1u);
+// dq8 in two halves: `ld8` reads the words of 8 values, `de8` decodes
+// them. The prefill GEMM's prefetch holds the words (4 registers, not 8
+// values) and decodes them after its multiplies, waiting on no load. The
+// words: two of quants at q, and the one holding block b's f16 scale,
+// whose superblock starts at word `base` with its scales at `base + at`.
+struct R8 {
+    q0: u32,
+    q1: u32,
+    s: u32,
+    hi: u32,
+}
+
+fn sb_words(q: u32, base: u32, at: u32, b: u32) -> R8 {
+    return R8(wq[q], wq[q + 1u], wq[base + at + (b % 8u) / 2u], (b & 1u) * 16u);
+}
+
+fn sb_scale(r: R8) -> f32 {
+    return h2(r.s >> r.hi).x;
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    return de8(ld8(rb, i), i);
 }
 #endif
 
@@ -137,17 +157,18 @@ fn sb_scale(base: u32, at: u32, b: u32) -> f32 {
 // 0..16, high nibbles 16..32; value = (q - 8) * d.
 #ifdef TYPE_Q4_0
 #ifdef REPACKED
-fn dq8(rb: u32, i: u32) -> V8 {
+fn ld8(rb: u32, i: u32) -> R8 {
     let b = rb + i / 4u;
     let base = 36u * (b / 8u);
-    let q = base + 4u * (b % 8u) + ((i % 4u) % 2u) * 2u;
-    let d = sb_scale(base, 32u, b);
-    let q0 = wq[q];
-    let q1 = wq[q + 1u];
+    return sb_words(base + 4u * (b % 8u) + ((i % 4u) % 2u) * 2u, base, 32u, b);
+}
+
+fn de8(r: R8, i: u32) -> V8 {
+    let d = sb_scale(r);
     if ((i % 4u) < 2u) {
-        return V8((nib_lo(q0) - 8.0) * d, (nib_lo(q1) - 8.0) * d);
+        return V8((nib_lo(r.q0) - 8.0) * d, (nib_lo(r.q1) - 8.0) * d);
     }
-    return V8((nib_hi(q0) - 8.0) * d, (nib_hi(q1) - 8.0) * d);
+    return V8((nib_hi(r.q0) - 8.0) * d, (nib_hi(r.q1) - 8.0) * d);
 }
 #else
 fn dq8(rb: u32, i: u32) -> V8 {
@@ -229,12 +250,15 @@ fn dq8(rb: u32, i: u32) -> V8 {
 // Q8_0: { d: f16, qs: [i8; 32] }; value = q * d.
 #ifdef TYPE_Q8_0
 #ifdef REPACKED
-fn dq8(rb: u32, i: u32) -> V8 {
+fn ld8(rb: u32, i: u32) -> R8 {
     let b = rb + i / 4u;
     let base = 68u * (b / 8u);
-    let q = base + 8u * (b % 8u) + 2u * (i % 4u);
-    let d = sb_scale(base, 64u, b);
-    return V8(sbytes(wq[q]) * d, sbytes(wq[q + 1u]) * d);
+    return sb_words(base + 8u * (b % 8u) + 2u * (i % 4u), base, 64u, b);
+}
+
+fn de8(r: R8, i: u32) -> V8 {
+    let d = sb_scale(r);
+    return V8(sbytes(r.q0) * d, sbytes(r.q1) * d);
 }
 #else
 fn dq8(rb: u32, i: u32) -> V8 {
@@ -344,5 +368,18 @@ fn dq1(rb: u32, k: u32) -> f32 {
         return v.a[e];
     }
     return v.b[e - 4u];
+}
+#endif
+
+// The other types read and decode in one go: ld8 is dq8, de8 nothing.
+#ifndef REPACKED
+alias R8 = V8;
+
+fn ld8(rb: u32, i: u32) -> V8 {
+    return dq8(rb, i);
+}
+
+fn de8(r: V8, i: u32) -> V8 {
+    return r;
 }
 #endif
