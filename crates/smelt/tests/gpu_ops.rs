@@ -746,6 +746,21 @@ fn f32_mode_residual_add_fused_with_norm() {
     b.assert_passed(seed);
 }
 
+/// The GELU or SiLU GLU of gate and up into out.
+fn glu(
+    be: &mut dyn Backend,
+    gelu: bool,
+    gate: Tensor,
+    up: Tensor,
+    out: Tensor,
+) -> smelt::backend::Result<()> {
+    if gelu {
+        be.gelu_mul(gate, up, out)
+    } else {
+        be.silu_mul(gate, up, out)
+    }
+}
+
 /// Decode in the f32-activation mode: repacked Q4_0 and Q8_0 mat-vecs run
 /// on Q8-rounded activations, rounded inside the rms_norm or GLU before
 /// them, and take in the residual add after them; so norm + Q, K, V is two
@@ -809,11 +824,7 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
             for gelu in [false, true] {
                 let glu_down_add = |be: &mut dyn Backend, g: bool| {
                     let p = |t: Pair| if g { t.gpu } else { t.cpu };
-                    if gelu {
-                        be.gelu_mul(p(gate), p(up), p(act))?;
-                    } else {
-                        be.silu_mul(p(gate), p(up), p(act))?;
-                    }
+                    glu(be, gelu, p(gate), p(up), p(act))?;
                     let act = input(be, g, act, actr)?;
                     be.matmul(p(wd), act, p(proj))?;
                     be.add(p(r), p(proj), p(sum))
@@ -840,11 +851,7 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                     be.rms_norm(p(x), Some(p(nw)), 1e-5, p(h))?;
                     let h = input(be, g, h, hr)?;
                     be.matmuls(&[p(wg), p(wu)], h, &[p(g2), p(u2)])?;
-                    if gelu {
-                        be.gelu_mul(p(g2), p(u2), p(a2))?;
-                    } else {
-                        be.silu_mul(p(g2), p(u2), p(a2))?;
-                    }
+                    glu(be, gelu, p(g2), p(u2), p(a2))?;
                     let a = input(be, g, a2, a2r)?;
                     be.matmul(p(wdn), a, p(dn))?;
                     be.add(p(x), p(dn), p(x2))

@@ -273,9 +273,9 @@ impl CoopTile {
 /// at 25221, -, 5224; 2 × 4 of 2 × 4 (64 × 256) at 25714, 27847, 5845.
 /// The K and V projections of the 8b model (1024 rows: 64 wide tiles) ran
 /// at 40 TFLOP/s against 107 for the others; slim tiles (1 × 4 subgroups
-/// of 2 × 2) for matmuls of few wide tiles ran 8b at 6996 / 7005 t/s
-/// against 6876 / 6871, 1b Q4_0 at 32665 / 31192 against 30685 / 30673
-/// (64 × 64 tiles: 6960 / 6956 and 30490 / 30497).
+/// of 2 × 2) for matmuls of few wide tiles ran 8b at 6967 / 6864 t/s
+/// against 6849 / 6832, 1b Q4_0 at 32071 against 30352 (64 × 64 tiles:
+/// 6823 and 31159).
 #[derive(Clone, Copy, Debug)]
 struct CoopShape {
     sr: usize,
