@@ -1187,9 +1187,10 @@ fn f32_mode_prefill_attention() {
     };
     let mut b = Bench::new(seed, opts);
     let (n_heads, n_kv, ctx, slots) = (8usize, 2usize, 90usize, 3usize);
-    // 45 rows of slot 1 from position 0; then rows alternating between
-    // slot 0 (positions 30..) and slot 2 (positions 0..).
-    let cases: [(&str, Vec<i32>, Vec<i32>); 2] = [
+    // 45 rows of slot 1 from position 0; rows alternating between slot 0
+    // (positions 30..) and slot 2 (positions 0..); the cache's last rows
+    // (the cooperative kernel's last block of keys moves back).
+    let cases: [(&str, Vec<i32>, Vec<i32>); 3] = [
         ("one sequence", (0..45).collect(), vec![1; 45]),
         (
             "two sequences",
@@ -1198,7 +1199,12 @@ fn f32_mode_prefill_attention() {
                 .collect(),
             (0..40).map(|i| if i % 2 == 0 { 0 } else { 2 }).collect(),
         ),
+        ("last rows", (50..90).collect(), vec![2; 40]),
     ];
+    // On cooperative matrices (F16 caches, heads of 64 and 128) queries and
+    // p are rounded to f16.
+    let coop = b.gpu.features().coop != 0;
+    let on_coop = |hd: usize, cache_t| coop && cache_t == F16 && hd <= 128;
     for hd in [64usize, 128, 256] {
         for cache_t in [F32, F16] {
             let (kc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
@@ -1212,7 +1218,8 @@ fn f32_mode_prefill_attention() {
                     let name = format!(
                         "prefill attention hd {hd} {cache_t} {kind} window={window:?} softcap={softcap:?}"
                     );
-                    b.check(&name, 1e-10, out, |be, g| {
+                    let tol = if on_coop(hd, cache_t) { 1e-6 } else { 1e-10 };
+                    b.check(&name, tol, out, |be, g| {
                         let p = |x: Pair| if g { x.gpu } else { x.cpu };
                         let params = AttentionParams {
                             window,
@@ -1225,12 +1232,45 @@ fn f32_mode_prefill_attention() {
             }
         }
     }
+    // Keys that grow along the sequence (row j of a slot scaled by
+    // 1 + j / 4): each row's largest score keeps growing, so the
+    // cooperative kernel's maximum moves (and its outputs are rescaled)
+    // after the first block too.
+    for hd in [64usize, 128] {
+        let cols = n_kv * hd;
+        let mut v = b.randn(slots * ctx * cols, 1.0);
+        for (j, row) in v.chunks_mut(cols).enumerate() {
+            let f = 1.0 + (j % ctx) as f32 / 4.0;
+            row.iter_mut().for_each(|x| *x *= f);
+        }
+        let bytes: Vec<u8> = v
+            .iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect();
+        let kc = b.input(F16, slots * ctx, cols, &bytes);
+        let (vc, _) = random_cache(&mut b, F16, slots * ctx, cols);
+        let (pos, seq) = (b.i32s(&(0..45).collect::<Vec<_>>()), b.i32s(&[1; 45]));
+        let q = b.f32s(45, n_heads * hd, 1.0);
+        let out = b.output(F32, 45, n_heads * hd);
+        let tol = if on_coop(hd, F16) { 1e-6 } else { 1e-10 };
+        let name = format!("prefill attention hd {hd} F16 growing keys");
+        b.check(&name, tol, out, |be, g| {
+            let p = |x: Pair| if g { x.gpu } else { x.cpu };
+            let params = AttentionParams::new(n_heads, n_kv, hd, ctx);
+            be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))
+        });
+    }
     b.assert_passed(seed);
     let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
-    let quads = used
-        .iter()
-        .filter(|k| k.starts_with("AttentionQuads"))
-        .count();
-    let want = if b.gpu.features().subgroups { 6 } else { 0 };
-    assert_eq!(quads, want, "seed {seed}: kernels run: {used:?}");
+    let count = |name: &str| used.iter().filter(|k| k.starts_with(name)).count();
+    let (coops, quads) = match (coop, b.gpu.features().subgroups) {
+        (true, _) => (2, 4),
+        (false, true) => (0, 6),
+        (false, false) => (0, 0),
+    };
+    assert_eq!(
+        (count("AttentionCoop"), count("AttentionQuads")),
+        (coops, quads),
+        "seed {seed}: kernels run: {used:?}"
+    );
 }

@@ -12,7 +12,8 @@ use crate::quant::GgmlType::{self, F16, F32};
 
 use super::pending::{matvec_call, multi_call};
 use super::pipelines::{
-    CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS, WEIGHT_TYPES, has_min,
+    COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
+    WEIGHT_TYPES, has_min,
 };
 use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
@@ -333,14 +334,21 @@ impl Backend for GpuBackend {
         ]);
         if per_row {
             let (kv, head_dim) = (k_cache.dtype, p.head_dim as u32);
+            let f = self.ctx.features;
+            let coop = Kernel::AttentionCoop { head_dim };
             let quads = Kernel::AttentionQuads { kv, head_dim };
-            let (kernel, groups) =
-                if p.head_dim.is_multiple_of(16) && quads.builds_with(self.ctx.features) {
-                    (quads, q.rows.div_ceil(32) * p.n_heads)
-                } else {
-                    let rows = Kernel::AttentionRows { kv, head_dim };
-                    (rows, (q.rows * p.n_heads).div_ceil(64))
-                };
+            let (kernel, groups) = if kv == GgmlType::F16
+                && COOP_ATTENTION_HEAD_DIMS.contains(&head_dim)
+                && coop.builds_with(f)
+                && k_cache.rows >= f.coop as usize
+            {
+                (coop, q.rows.div_ceil(f.coop as usize) * p.n_heads)
+            } else if p.head_dim.is_multiple_of(16) && quads.builds_with(f) {
+                (quads, q.rows.div_ceil(32) * p.n_heads)
+            } else {
+                let rows = Kernel::AttentionRows { kv, head_dim };
+                (rows, (q.rows * p.n_heads).div_ceil(64))
+            };
             let groups = groups as u64;
             return self.run(
                 kernel,

@@ -32,6 +32,7 @@ mod src {
     pub const EXACT: &str = include_str!("kernels/exact.wgsl");
     pub const MATMUL_Q8: &str = include_str!("kernels/matmul_q8.wgsl");
     pub const MATMUL_COOP: &str = include_str!("kernels/matmul_coop.wgsl");
+    pub const ATTENTION_COOP: &str = include_str!("kernels/attention_coop.wgsl");
 }
 
 /// Weight types the matmul and get_rows kernels decode.
@@ -175,6 +176,11 @@ pub enum Kernel {
     /// head size that is a multiple of 16 (prefill, f32 mode, subgroups).
     AttentionQuads {
         kv: GgmlType,
+        head_dim: u32,
+    },
+    /// A subgroup per (head, block of FS rows) on cooperative matrices, an
+    /// F16 cache, a head size that is a multiple of FS (prefill, f32 mode).
+    AttentionCoop {
         head_dim: u32,
     },
     Elementwise(Elementwise),
@@ -342,6 +348,45 @@ impl CoopShape {
     }
 }
 
+/// Head sizes `attention_coop.wgsl` is built for: its outputs and queries
+/// are HD / FS fragments each, held in registers.
+pub const COOP_ATTENTION_HEAD_DIMS: [u32; 2] = [64, 128];
+
+/// `attention_coop.wgsl`'s fragments as variables, HD / FS of each: the
+/// queries (`qa{d}`, loaded once), one block's scores (`s`, summed over
+/// them), the outputs (`o{d}`), one block's P·V into them, and their
+/// stores.
+fn attention_coop_code(fs: u32, hd: u32) -> [(&'static str, String); 6] {
+    let mut q = String::new();
+    let mut s = String::new();
+    let mut decl = String::new();
+    let mut step = String::new();
+    let mut out = String::new();
+    let mut rescale = String::new();
+    for d in 0..hd / fs {
+        q += &format!("    let qa{d} = query_frag({d}u);\n");
+        let acc = if d == 0 { "zero" } else { "s" };
+        let v = if d == 0 { "var s =" } else { "s =" };
+        s += &format!("        {v} coopMultiplyAdd(key_frag(cb, base, {d}u), qa{d}, {acc});\n");
+        decl += &format!("    var o{d}: coop_mat{fs}x{fs}<f32, C>;\n");
+        step += &format!("        o{d} = coopMultiplyAdd(pa, value_frag(cb, base, {d}u), o{d});\n");
+        rescale += &format!(
+            "            coopStoreT(o{d}, &ss[0], FS);\n            rescale(k0, r, corr);\n            o{d} = coopLoadT<coop_mat{fs}x{fs}<f32, C>>(&ss[0], FS);\n"
+        );
+        out += &format!(
+            "    coopStoreT(o{d}, &ss[0], FS);\n    emit({d}u, ob, k0, r, inv, live && i0 + r < n);\n"
+        );
+    }
+    [
+        ("Q_DECL", q),
+        ("S_STEP", s),
+        ("O_DECL", decl),
+        ("O_STEP", step),
+        ("O_RESCALE", rescale),
+        ("O_OUT", out),
+    ]
+}
+
 /// Whether an adapter's limits hold `matmul_coop.wgsl` with fragments of
 /// `fs` in all its shapes.
 pub fn coop_fits(fs: u32, limits: &wgpu::Limits) -> bool {
@@ -452,6 +497,9 @@ impl Kernel {
                 v.push(Kernel::AttentionQuads { kv, head_dim });
             }
         }
+        for head_dim in COOP_ATTENTION_HEAD_DIMS {
+            v.push(Kernel::AttentionCoop { head_dim });
+        }
         v
     }
 
@@ -468,6 +516,9 @@ impl Kernel {
             Kernel::MatVec(t) => !f.repacks(t),
             // Its quad sums in registers: plain f32 arithmetic.
             Kernel::AttentionQuads { .. } => f.fast_math && f.subgroups,
+            Kernel::AttentionCoop { .. } => {
+                f.coop != 0 && f.shader_f16 && f.subgroups && f.fast_math
+            }
             Kernel::AttentionRope(_) => f.fast_math,
             _ => true,
         }
@@ -501,9 +552,10 @@ impl Kernel {
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
             Kernel::RopeStore(_) => &[RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, R],
-            Kernel::Attention(_) | Kernel::AttentionRows { .. } | Kernel::AttentionQuads { .. } => {
-                &[RW, R, R, RW, RW, RW, R]
-            }
+            Kernel::Attention(_)
+            | Kernel::AttentionRows { .. }
+            | Kernel::AttentionQuads { .. }
+            | Kernel::AttentionCoop { .. } => &[RW, R, R, RW, RW, RW, R],
             Kernel::AttentionQ8(_) => &[RW, R, R, RW, RW, RW, RW, RW, RW, R],
             // ... or the caches written too, then Q rotated, K, K rotated,
             // V, the frequency factors and the cache row.
@@ -697,6 +749,12 @@ impl Kernel {
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ATTENTION]);
             }
+            Kernel::AttentionCoop { head_dim } => {
+                defines.push(("HD", head_dim.to_string()));
+                defines.push(("FS", f.coop.to_string()));
+                defines.extend(attention_coop_code(f.coop, head_dim));
+                parts.push(src::ATTENTION_COOP);
+            }
             Kernel::Elementwise(op) => {
                 def(match op {
                     Elementwise::Add => "ADD",
@@ -786,7 +844,10 @@ impl Kernel {
             // Enable directives must come before any declaration.
             out.push_str("enable f16;\n");
         }
-        if matches!(self, Kernel::MatMulCoop { .. }) {
+        if matches!(
+            self,
+            Kernel::MatMulCoop { .. } | Kernel::AttentionCoop { .. }
+        ) {
             out.push_str("enable wgpu_cooperative_matrix;\n");
         }
         for p in parts {
