@@ -576,12 +576,17 @@ fn kv_cases(b: &mut Bench) {
 /// its bytes.
 fn random_cache(b: &mut Bench, t: GgmlType, rows: usize, cols: usize) -> (Pair, Vec<u8>) {
     let v = b.randn(rows * cols, 1.0);
+    cache_of(b, t, rows, cols, &v)
+}
+
+/// A KV cache of type t (F32 or F16) holding `v`, and its bytes.
+fn cache_of(b: &mut Bench, t: GgmlType, rows: usize, cols: usize, v: &[f32]) -> (Pair, Vec<u8>) {
     let bytes: Vec<u8> = match t {
         F16 => v
             .iter()
             .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
             .collect(),
-        _ => bytemuck::cast_slice(&v).to_vec(),
+        _ => bytemuck::cast_slice(v).to_vec(),
     };
     (b.input(t, rows, cols, &bytes), bytes)
 }
@@ -1254,11 +1259,7 @@ fn f32_mode_prefill_attention() {
             let f = 1.0 + (j % ctx) as f32 / 4.0;
             row.iter_mut().for_each(|x| *x *= f);
         }
-        let bytes: Vec<u8> = v
-            .iter()
-            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
-            .collect();
-        let kc = b.input(F16, slots * ctx, cols, &bytes);
+        let (kc, _) = cache_of(&mut b, F16, slots * ctx, cols, &v);
         let (vc, _) = random_cache(&mut b, F16, slots * ctx, cols);
         let (pos, seq) = (b.i32s(&(0..45).collect::<Vec<_>>()), b.i32s(&[1; 45]));
         let q = b.f32s(45, n_heads * hd, 1.0);

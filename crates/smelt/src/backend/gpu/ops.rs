@@ -337,7 +337,7 @@ impl Backend for GpuBackend {
             let f = self.ctx.features;
             let coop = Kernel::AttentionCoop { head_dim };
             let quads = Kernel::AttentionQuads { kv, head_dim };
-            let (kernel, groups) = if kv == GgmlType::F16
+            let (kernel, groups) = if kv == F16
                 && COOP_ATTENTION_HEAD_DIMS.contains(&head_dim)
                 && coop.builds_with(f)
                 && k_cache.rows >= f.coop as usize

@@ -24,6 +24,7 @@ mod src {
     pub const NORM: &str = include_str!("kernels/norm.wgsl");
     pub const ROPE: &str = include_str!("kernels/rope.wgsl");
     pub const ROTATE: &str = include_str!("kernels/rotate.wgsl");
+    pub const ATTENTION_KEYS: &str = include_str!("kernels/attention_keys.wgsl");
     pub const ATTENTION: &str = include_str!("kernels/attention.wgsl");
     pub const ELEMENTWISE: &str = include_str!("kernels/elementwise.wgsl");
     pub const SOFTMAX: &str = include_str!("kernels/softmax.wgsl");
@@ -179,7 +180,7 @@ pub enum Kernel {
         head_dim: u32,
     },
     /// A subgroup per (head, block of FS rows) on cooperative matrices, an
-    /// F16 cache, a head size that is a multiple of FS (prefill, f32 mode).
+    /// F16 cache, heads of `COOP_ATTENTION_HEAD_DIMS` (prefill, f32 mode).
     AttentionCoop {
         head_dim: u32,
     },
@@ -735,7 +736,7 @@ impl Kernel {
                 if rope {
                     parts.push(src::ROTATE);
                 }
-                parts.push(src::ATTENTION);
+                parts.extend([src::ATTENTION_KEYS, src::ATTENTION]);
             }
             Kernel::AttentionRows { kv, head_dim } | Kernel::AttentionQuads { kv, head_dim } => {
                 if kv == GgmlType::F16 {
@@ -747,13 +748,13 @@ impl Kernel {
                 }
                 defines.push(("HD", head_dim.to_string()));
                 tables(&mut defines);
-                parts.extend([src::EXACT, src::ATTENTION]);
+                parts.extend([src::EXACT, src::ATTENTION_KEYS, src::ATTENTION]);
             }
             Kernel::AttentionCoop { head_dim } => {
                 defines.push(("HD", head_dim.to_string()));
                 defines.push(("FS", f.coop.to_string()));
                 defines.extend(attention_coop_code(f.coop, head_dim));
-                parts.push(src::ATTENTION_COOP);
+                parts.extend([src::ATTENTION_KEYS, src::ATTENTION_COOP]);
             }
             Kernel::Elementwise(op) => {
                 def(match op {

@@ -67,16 +67,11 @@ fn scaled(s: f32) -> f32 {
 }
 
 // The cache rows query row i sees: its slot's rows of positions
-// first_key..=p (attention.wgsl's last_key, slot_row0, first_key).
+// first_key..=last_key.
 fn seen(i: u32) -> vec2<u32> {
-    let p = min(u32(max(pos[i], 0)), pu(4) - 1u);
-    let row0 = min(u32(max(seq[i], 0)) * pu(4), pu(8) - pu(4));
-    let win = pu(5);
-    var first = 0u;
-    if (win > 0u && p + 1u > win) {
-        first = p + 1u - win;
-    }
-    return vec2<u32>(row0 + first, row0 + p);
+    let p = last_key(i);
+    let row0 = slot_row0(i);
+    return vec2<u32>(row0 + first_key(p), row0 + p);
 }
 
 // Fragment d of the block's keys from cache row c (A: keys × head dims)
