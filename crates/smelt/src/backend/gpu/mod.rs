@@ -216,7 +216,7 @@ impl GpuBackend {
         if !matches!(
             kernel,
             Kernel::MatVec(_)
-                | Kernel::MatVecMulti(_)
+                | Kernel::MatVecMulti { .. }
                 | Kernel::MatVecDot { .. }
                 | Kernel::MatMul(_)
                 | Kernel::MatMulCoop { .. }

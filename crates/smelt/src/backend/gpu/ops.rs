@@ -10,7 +10,7 @@ use crate::backend::{
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
-use super::pending::{matvec_call, multi_call};
+use super::pending::{DotIn, matvec_call, multi_call};
 use super::pipelines::{
     COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
     WEIGHT_TYPES, has_min,
@@ -264,22 +264,33 @@ impl Backend for GpuBackend {
             self.require(Op::MatMul, w.dtype)?;
             contract::matmul(w, x, out)?;
         }
-        let MatIn::Q8([xq, xd, _]) = self.matmul_input(ws[0].dtype, x)? else {
-            return Err(BackendError::Other(
-                "matmuls: Q8 activations expected".into(),
-            ));
+        let gate_up = match (ws, outs) {
+            ([w0, w1], [o0, o1]) if w0.rows == w1.rows && w0.rows.is_multiple_of(32) => {
+                Some(([*w0, *w1], [*o0, *o1]))
+            }
+            _ => None,
+        };
+        // The rms_norm held back whose output x is, taken in; or x's Q8
+        // rounding.
+        let input = match self.norm_for_matvec(x, outs, gate_up.is_some()) {
+            Some(norm) => DotIn::Norm(norm),
+            None => {
+                let MatIn::Q8([xq, xd, _]) = self.matmul_input(ws[0].dtype, x)? else {
+                    return Err(BackendError::Other(
+                        "matmuls: Q8 activations expected".into(),
+                    ));
+                };
+                DotIn::Q8([xq, xd])
+            }
         };
         for &out in outs {
             self.wrote(out);
         }
         // Gate and up: held for the GLU after them to join.
-        if let ([w0, w1], [o0, o1]) = (ws, outs)
-            && w0.rows == w1.rows
-            && w0.rows.is_multiple_of(32)
-        {
-            return self.hold_gate_up([*w0, *w1], [xq, xd], [*o0, *o1]);
+        if let Some((w, o)) = gate_up {
+            return self.hold_gate_up(w, input, o);
         }
-        let (kernel, params, bound, groups) = multi_call(ws, [xq, xd], outs, x.rows);
+        let (kernel, params, bound, groups) = multi_call(ws, input, outs, x.rows);
         self.run(kernel, params, &bound, groups)
     }
 

@@ -4,6 +4,9 @@
 //!
 //! - A norm, GLU or decode attention with the next matmul's Q8 rounding
 //!   (`RmsNormQ8`, `GluQ8`, `AttentionQ8`; in `GpuBackend::matmul_input`).
+//! - In the f32 mode, a norm taken whole into the repacked decode mat-vecs
+//!   of its output (`Backend::matmuls`: `MatVecMulti`, `MatVecGlu` with
+//!   `norm`; `GpuBackend::norm_for_matvec`).
 //! - A residual add into the repacked decode mat-vec before it
 //!   (`MatVecDot` with `residual`), or else into the rms_norm after it
 //!   (`AddRmsNorm`), in the f32 mode.
@@ -19,6 +22,10 @@ use crate::backend::{Result, RopeMode, RopeParams, Tensor};
 use crate::quant::GgmlType;
 
 use super::pipelines::{Elementwise, Kernel, WG_ROW};
+
+/// The longest row the mat-vecs take their norm into (matvec_blocks.wgsl's
+/// NORM_BLOCKS blocks of 32).
+const NORM_MAX_COLS: usize = 4096;
 use super::recorder::Params;
 use super::{GpuBackend, P, params};
 
@@ -94,15 +101,14 @@ pub(super) enum Pending {
         groups: u64,
         rope: Option<RopeJoin>,
     },
-    /// Gate and up (two repacked decode mat-vecs of one Q8-rounded input,
-    /// quants and scales `x`, rows a multiple of 32; f32 mode): the GLU of
-    /// their outputs next joins them (`glu`: op and output), and then the
-    /// next matmul's Q8 rounding of its output (`MatVecGlu`); anything else
-    /// dispatches them as a `MatVecMulti`, or with the GLU as a
-    /// `MatVecGlu` that does not round.
+    /// Gate and up (two repacked decode mat-vecs of one input, rows a
+    /// multiple of 32; f32 mode): the GLU of their outputs next joins them
+    /// (`glu`: op and output), and then the next matmul's Q8 rounding of
+    /// its output (`MatVecGlu`); anything else dispatches them as a
+    /// `MatVecMulti`, or with the GLU as a `MatVecGlu` that does not round.
     GateUp {
         w: [Tensor; 2],
-        x: [Tensor; 2],
+        x: DotIn,
         outs: [Tensor; 2],
         glu: Option<(Elementwise, Tensor)>,
     },
@@ -114,6 +120,51 @@ pub(super) enum Pending {
         x: [Tensor; 3],
         out: Tensor,
     },
+}
+
+/// The input of a repacked decode mat-vec of several weights (`MatVecMulti`,
+/// `MatVecGlu`): its Q8 rounding (quants, scales), or the rms_norm whose
+/// output it is, taken into the mat-vec (`NORM` in matvec_blocks.wgsl).
+#[derive(Clone, Copy)]
+pub(super) enum DotIn {
+    Q8([Tensor; 2]),
+    Norm(NormJoin),
+}
+
+/// `out = rms_norm(x) · w` (`Pending::Norm`), taken into the mat-vecs of
+/// its output.
+#[derive(Clone, Copy)]
+pub(super) struct NormJoin {
+    pub x: Tensor,
+    pub w: Tensor,
+    pub eps: f32,
+    pub out: Tensor,
+}
+
+impl DotIn {
+    /// The tensors it binds: the Q8 quants and scales, or the norm's input
+    /// and weight (and its output, bound last).
+    fn bound(self) -> [Tensor; 2] {
+        match self {
+            DotIn::Q8(q8) => q8,
+            DotIn::Norm(n) => [n.x, n.w],
+        }
+    }
+
+    /// Every tensor it reads or writes.
+    pub(super) fn tensors(self) -> Vec<Tensor> {
+        match self {
+            DotIn::Q8(q8) => q8.to_vec(),
+            DotIn::Norm(n) => vec![n.x, n.w, n.out],
+        }
+    }
+
+    fn norm(self) -> Option<NormJoin> {
+        match self {
+            DotIn::Q8(_) => None,
+            DotIn::Norm(n) => Some(n),
+        }
+    }
 }
 
 /// What a decode attention takes over from the `RopeStore` before it: Q
@@ -206,11 +257,13 @@ pub(super) fn matvec_call(
     (kernel, params, bound, (blocks * n) as u64)
 }
 
-/// Up to 3 repacked decode mat-vecs of one Q8-rounded input (quants and
-/// scales `x`) in one dispatch (`MatVecMulti`): 4 rows a workgroup, the
-/// weights' row blocks one after the other.
-pub(super) fn multi_call(ws: &[Tensor], [xq, xd]: [Tensor; 2], outs: &[Tensor], n: usize) -> Call {
-    let rb = |t: Tensor| t.rows.div_ceil(4);
+/// Up to 3 repacked decode mat-vecs of one input in one dispatch
+/// (`MatVecMulti`): of its Q8 rounding, 4 rows a workgroup, or with the
+/// norm before them, 16; the weights' row groups one after the other.
+pub(super) fn multi_call(ws: &[Tensor], x: DotIn, outs: &[Tensor], n: usize) -> Call {
+    let norm = x.norm();
+    let per = if norm.is_some() { 16 } else { 4 };
+    let rb = |t: Tensor| t.rows.div_ceil(per);
     let (w, o) = (ws[0], outs[0]);
     let (w1, o1) = (ws[1], outs[1]);
     // A missing third weight binds the second again and has no rows.
@@ -220,7 +273,7 @@ pub(super) fn multi_call(ws: &[Tensor], [xq, xd]: [Tensor; 2], outs: &[Tensor], 
     );
     let rb2 = if ws.len() == 3 { rb(w2) } else { 0 };
     let row_blocks = w.cols / w.dtype.block_size();
-    let params = params(&[
+    let mut params = params(&[
         P::U(w.rows as u32),
         P::U(w.cols as u32),
         P::U(n as u32),
@@ -231,10 +284,19 @@ pub(super) fn multi_call(ws: &[Tensor], [xq, xd]: [Tensor; 2], outs: &[Tensor], 
         P::U(w2.rows as u32),
         P::U(rb2 as u32),
     ]);
+    let [x0, x1] = x.bound();
+    let mut bound = vec![w, x0, x1, o, w1, o1, w2, o2];
+    if let Some(nj) = norm {
+        params[9] = nj.eps.to_bits();
+        bound.push(nj.out);
+    }
     (
-        Kernel::MatVecMulti(w.dtype),
+        Kernel::MatVecMulti {
+            t: w.dtype,
+            norm: norm.is_some(),
+        },
         params,
-        vec![w, xq, xd, o, w1, o1, w2, o2],
+        bound,
         ((rb(w) + rb(w1) + rb2) * n) as u64,
     )
 }
@@ -243,14 +305,14 @@ pub(super) fn multi_call(ws: &[Tensor], [xq, xd]: [Tensor; 2], outs: &[Tensor], 
 /// after them, and with `q8` the Q8 rounding of `act`: a workgroup per 32
 /// rows of both (`MatVecGlu`).
 fn gate_up_glu_call(
-    (w, x, outs): ([Tensor; 2], [Tensor; 2], [Tensor; 2]),
+    (w, x, outs): ([Tensor; 2], DotIn, [Tensor; 2]),
     (op, act): (Elementwise, Tensor),
     q8: Option<[Tensor; 3]>,
     aux: Aux,
 ) -> Call {
     let (m, n) = (w[0].rows, outs[0].rows);
     let row_blocks = w[0].cols / w[0].dtype.block_size();
-    let params = params(&[
+    let mut params = params(&[
         P::U(m as u32),
         P::U(w[0].cols as u32),
         P::U(n as u32),
@@ -258,10 +320,21 @@ fn gate_up_glu_call(
         P::U(u32::from(q8.is_some())),
     ]);
     let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
+    let [x0, x1] = x.bound();
+    let mut bound = vec![w[0], x0, x1, outs[0], w[1], outs[1], act, xq, xd, xs];
+    let norm = x.norm();
+    if let Some(nj) = norm {
+        params[9] = nj.eps.to_bits();
+        bound.push(nj.out);
+    }
     (
-        Kernel::MatVecGlu { t: w[0].dtype, op },
+        Kernel::MatVecGlu {
+            t: w[0].dtype,
+            op,
+            norm: norm.is_some(),
+        },
         params,
-        vec![w[0], x[0], x[1], outs[0], w[1], outs[1], act, xq, xd, xs],
+        bound,
         (m / 32 * n) as u64,
     )
 }
@@ -386,7 +459,13 @@ impl Pending {
     /// Whether it reads the backend's Q8 activations (so its own output's
     /// rounding goes to the other set).
     pub(super) fn reads_q8(&self) -> bool {
-        matches!(self, Pending::GateUp { .. })
+        matches!(
+            self,
+            Pending::GateUp {
+                x: DotIn::Q8(_),
+                ..
+            }
+        )
     }
 
     /// The kernel, parameters, bindings and workgroups of the op alone,
@@ -774,12 +853,55 @@ impl GpuBackend {
         Ok(true)
     }
 
+    /// The rms_norm held back whose output is `x`, for the repacked decode
+    /// mat-vecs of `x` (writing `outs`; with `glu`, gate and up, whose GLU
+    /// may join) to take in (f32 mode, rows of up to 4096 values, the
+    /// adapter binding the kernel's buffers); it is no longer held then,
+    /// and x's Q8 rounding is not stored.
+    pub(super) fn norm_for_matvec(
+        &mut self,
+        x: Tensor,
+        outs: &[Tensor],
+        glu: bool,
+    ) -> Option<NormJoin> {
+        let Some(Pending::Norm { x: nx, w, eps, out }) = self.pending else {
+            return None;
+        };
+        let kernel = if glu {
+            Kernel::MatVecGlu {
+                t: GgmlType::Q8_0,
+                op: Elementwise::SiluMul,
+                norm: true,
+            }
+        } else {
+            Kernel::MatVecMulti {
+                t: GgmlType::Q8_0,
+                norm: true,
+            }
+        };
+        let bindings = kernel.bindings().len() as u32;
+        let fits = self.ctx.features.fast_math
+            && out == x
+            && x.cols <= NORM_MAX_COLS
+            && x.cols.is_multiple_of(32)
+            && self.ctx.limits.max_storage_buffers_per_shader_stage >= bindings;
+        let apart = outs
+            .iter()
+            .all(|o| [nx.id, w.id, out.id].iter().all(|&id| id != o.id));
+        if !fits || !apart {
+            return None;
+        }
+        self.pending = None;
+        self.acts_of = None;
+        Some(NormJoin { x: nx, w, eps, out })
+    }
+
     /// Holds gate and up mat-vecs back (see `Pending::GateUp`), after
     /// dispatching what was held.
     pub(super) fn hold_gate_up(
         &mut self,
         w: [Tensor; 2],
-        x: [Tensor; 2],
+        x: DotIn,
         outs: [Tensor; 2],
     ) -> Result<()> {
         self.flush_pending()?;
@@ -811,7 +933,11 @@ impl GpuBackend {
         else {
             return false;
         };
-        let apart = w.iter().chain(&x).chain(&outs).all(|t| t.id != out.id);
+        let apart = w
+            .iter()
+            .chain(&x.tensors())
+            .chain(&outs)
+            .all(|t| t.id != out.id);
         if outs != [gate, up] || !apart {
             return false;
         }

@@ -119,14 +119,20 @@ pub enum Kernel {
         residual: bool,
     },
     /// The same for up to 3 weights of one input in one dispatch
-    /// (`Backend::matmuls`).
-    MatVecMulti(GgmlType),
+    /// (`Backend::matmuls`); with `norm`, the rms_norm before them taken
+    /// in (16 rows a workgroup).
+    MatVecMulti {
+        t: GgmlType,
+        norm: bool,
+    },
     /// Gate and up (two weights of one input, rows a multiple of 32) with
     /// the GLU after them (`op`: SiluMul or GeluMul) and its Q8 rounding:
-    /// a workgroup per 32 rows of both.
+    /// a workgroup per 32 rows of both; with `norm`, the rms_norm before
+    /// them taken in.
     MatVecGlu {
         t: GgmlType,
         op: Elementwise,
+        norm: bool,
     },
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
@@ -415,7 +421,9 @@ pub const WG_ROW: u32 = 256;
 /// The fused gate/up/GLU mat-vec: 16 invocations per 4 rows. On the H200
 /// the 8b model's gate and up took 1018 µs/token against 1662 with 128 (8
 /// a quad: too few loads in flight), and 1178 as a MatVecMulti and GluQ8.
+/// With the norm taken in, it must be the norm's (`WG_ROW`).
 const WG_MATVEC_GLU: u32 = 256;
+const _: () = assert!(WG_MATVEC_GLU == WG_ROW);
 /// Decode attention: on the H200, 128 ran tg128 0-5% faster than 64 (1b
 /// Q4_0, 1b Q8_0, 8b Q4_0: 562, 542, 240 t/s against 527-546, 531-547,
 /// 228-229), 256 no better overall (its attention −22%).
@@ -434,16 +442,13 @@ impl Kernel {
             v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
         }
         for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+            for norm in [false, true] {
+                v.push(Kernel::MatVecMulti { t, norm });
+                for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
+                    v.push(Kernel::MatVecGlu { t, op, norm });
+                }
+            }
             v.extend([
-                Kernel::MatVecMulti(t),
-                Kernel::MatVecGlu {
-                    t,
-                    op: Elementwise::SiluMul,
-                },
-                Kernel::MatVecGlu {
-                    t,
-                    op: Elementwise::GeluMul,
-                },
                 Kernel::MatVecDot { t, residual: false },
                 Kernel::MatVecDot { t, residual: true },
             ]);
@@ -510,9 +515,9 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop { .. } => f.coop != 0 && f.shader_f16 && f.subgroups,
-            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } | Kernel::MatVecGlu { t, .. } => {
-                f.repacks(t)
-            }
+            Kernel::MatVecMulti { t, .. }
+            | Kernel::MatVecDot { t, .. }
+            | Kernel::MatVecGlu { t, .. } => f.repacks(t),
             // Repacked weights decode on Q8 activations (MatVecDot).
             Kernel::MatVec(t) => !f.repacks(t),
             // Its quad sums in registers: plain f32 arithmetic.
@@ -539,10 +544,14 @@ impl Kernel {
             } => &[R, R, R, RW],
             // ... the residual and the sum ...
             Kernel::MatVecDot { residual: true, .. } => &[R, R, R, RW, RW, RW],
-            // ... or the other weights and outputs.
-            Kernel::MatVecMulti(_) => &[R, R, R, RW, R, RW, R, RW],
+            // ... or the other weights and outputs ...
+            Kernel::MatVecMulti { norm: false, .. } => &[R, R, R, RW, R, RW, R, RW],
             // ... or the up weight and output, the GLU's output and its Q8.
-            Kernel::MatVecGlu { .. } => &[R, R, R, RW, R, RW, RW, RW, RW, RW],
+            Kernel::MatVecGlu { norm: false, .. } => &[R, R, R, RW, R, RW, RW, RW, RW, RW],
+            // With the norm: its input and weight for the Q8 activations,
+            // and its output last.
+            Kernel::MatVecMulti { norm: true, .. } => &[R, R, R, RW, R, RW, R, RW, RW],
+            Kernel::MatVecGlu { norm: true, .. } => &[R, R, R, RW, R, RW, RW, RW, RW, RW, RW],
             Kernel::MatVecQ8(t) | Kernel::MatMulQ8(t) if has_min(t) => &[R, R, R, RW, R],
             Kernel::MatVecQ8(_) | Kernel::MatMulQ8(_) => &[R, R, R, RW],
             Kernel::RmsNorm { weight: false } => &[RW, RW],
@@ -605,17 +614,32 @@ impl Kernel {
         };
         match self {
             // Repacked Q4_0 and Q8_0 decode: whole blocks per invocation.
-            Kernel::MatVecMulti(t) | Kernel::MatVecDot { t, .. } | Kernel::MatVecGlu { t, .. } => {
+            Kernel::MatVecMulti { t, .. }
+            | Kernel::MatVecDot { t, .. }
+            | Kernel::MatVecGlu { t, .. } => {
                 type_defines(t, &mut def);
+                let norm = matches!(
+                    self,
+                    Kernel::MatVecMulti { norm: true, .. } | Kernel::MatVecGlu { norm: true, .. }
+                );
                 wg = WG_MATVEC_DOT;
                 if matches!(self, Kernel::MatVecGlu { .. }) {
                     wg = WG_MATVEC_GLU;
                 }
+                if norm {
+                    // The norm's sums as norm.wgsl's, over as many
+                    // invocations.
+                    wg = WG_ROW;
+                    def("NORM");
+                    def("Q8");
+                }
                 def("REDUCE4");
                 match self {
-                    Kernel::MatVecMulti(_) => {
+                    Kernel::MatVecMulti { .. } => {
                         def("W1");
                         def("MULTI");
+                        // Rounds into workgroup memory only.
+                        def("Q8_LOCAL");
                     }
                     Kernel::MatVecGlu { op, .. } => {
                         def("W1");
@@ -635,10 +659,11 @@ impl Kernel {
                     _ => {}
                 }
                 parts.push(src::REDUCE);
-                if matches!(self, Kernel::MatVecGlu { .. }) {
+                if norm || matches!(self, Kernel::MatVecGlu { .. }) {
                     parts.push(src::EXACT);
                 }
                 parts.push(src::MATVEC_BLOCKS);
+                defines.push(("NOUT", self.bindings().len().to_string()));
             }
             Kernel::MatMulCoop { t, tile } => {
                 type_defines(t, &mut def);
@@ -810,7 +835,7 @@ impl Kernel {
         }
         if let Kernel::GetRows(t)
         | Kernel::MatVec(t)
-        | Kernel::MatVecMulti(t)
+        | Kernel::MatVecMulti { t, .. }
         | Kernel::MatVecGlu { t, .. }
         | Kernel::MatMul(t)
         | Kernel::MatMulCoop { t, .. } = self

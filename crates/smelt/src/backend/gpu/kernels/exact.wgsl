@@ -255,11 +255,17 @@ fn sincos_rn(t: f32) -> vec2<f32> {
 var<workgroup> q8_amax: array<f32, {{WG}}>;
 var<workgroup> q8_qsum: array<i32, {{WG}}>;
 
-// Rounds word v and, when `live`, stores it as word wi of the kernel's
-// xq, and (the block's first word) the block's d and s in xd and xs.
-// Every invocation of the workgroup calls it (barriers); one without a
-// word passes zeros and `live` false.
-fn q8_store(v: vec4<f32>, lid: u32, live: bool, wi: u32) {
+// A word's rounding: its 4 quants packed, and its block's d and Σq.
+struct Q8Word {
+    word: u32,
+    d: f32,
+    total: i32,
+}
+
+// Rounds word v (invocation lid's, word lid % 8 of its block). Every
+// invocation of the workgroup calls it (barriers); one without a word
+// passes zeros.
+fn q8_round(v: vec4<f32>, lid: u32) -> Q8Word {
     let first = lid & ~7u;
     q8_amax[lid] = max(max(abs(v.x), abs(v.y)), max(abs(v.z), abs(v.w)));
     workgroupBarrier();
@@ -287,12 +293,23 @@ fn q8_store(v: vec4<f32>, lid: u32, live: bool, wi: u32) {
     for (var i = 0u; i < 8u; i++) {
         total += q8_qsum[first + i];
     }
+    return Q8Word(word, d, total);
+}
+
+#ifndef Q8_LOCAL
+// Rounds word v and, when `live`, stores it as word wi of the kernel's
+// xq, and (the block's first word) the block's d and s in xd and xs.
+// Every invocation of the workgroup calls it (barriers); one without a
+// word passes zeros and `live` false.
+fn q8_store(v: vec4<f32>, lid: u32, live: bool, wi: u32) {
+    let q = q8_round(v, lid);
     if (live) {
-        xq[wi] = word;
+        xq[wi] = q.word;
         if (wi % 8u == 0u) {
-            xd[wi / 8u] = f16_round(d);
-            xs[wi / 8u] = f16_round(d * f32(total));
+            xd[wi / 8u] = f16_round(q.d);
+            xs[wi / 8u] = f16_round(q.d * f32(q.total));
         }
     }
 }
+#endif
 #endif

@@ -38,10 +38,28 @@
 // RESID (single weight, whole rows of out): the residual add after the
 // mat-vec in the same dispatch (`Pending::MatVec`), sum = res + out; sum
 // may be res, or out.
+//
+// NORM (with MULTI or GLU, f32 mode): the rms_norm before the mat-vec
+// taken in (`Pending::Norm`, `GpuBackend::norm_for_matvec`) instead of
+// its Q8 activations: each workgroup normalises its token's row of `nx`
+// and rounds it to Q8 in workgroup memory as norm.wgsl's RmsNormQ8 does
+// (the same sums of squares over workgroups of the same size, the same
+// words), and the first workgroup of a token writes the norm's output
+// `nout`; the Q8 rounding is not stored. One dispatch fewer (the norm's
+// was ~8 µs of the H200's time, and ~4 µs of the host's), for reading the
+// row once per workgroup, from the cache: MULTI then takes 16 rows of one
+// weight a workgroup (4 quads), not 4. Rows of up to NORM_BLOCKS blocks.
+// Params: 9 the norm's eps; MULTI's 4, 6 and 8 count groups of 16 rows.
 
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;     // (m, k) repacked
+#ifdef NORM
+@group(0) @binding(2) var<storage, read> nx: array<f32>;           // (n, k) the norm's input
+@group(0) @binding(3) var<storage, read> nw: array<f32>;           // (k) its weight
+@group(0) @binding({{NOUT}}) var<storage, read_write> nout: array<f32>; // (n, k) its output
+#else
 @group(0) @binding(2) var<storage, read> aq: array<vec4<u32>>;     // (n, k / 16) Q8 quants, 4 per word
 @group(0) @binding(3) var<storage, read> ad: array<f32>;           // (n, k / 32) d
+#endif
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;    // (n, m)
 #ifdef W1
 @group(0) @binding(5) var<storage, read> wq1: array<vec4<u32>>;    // (m1, k) repacked
@@ -142,11 +160,75 @@ fn block_dot_of(k: Blk, b: u32, a: Act) -> f32 {
 }
 #endif
 
+#ifdef NORM
+// The longest row NORM takes: 4096 values (16 KB of workgroup memory in
+// all with the GLU's).
+const NORM_BLOCKS: u32 = 128u;
+var<workgroup> nq: array<vec4<u32>, 2u * NORM_BLOCKS>; // the row's quants
+var<workgroup> nd: array<f32, NORM_BLOCKS>;            // f16(d), widened
+
+// Token t's row of nx normalised (times nw) into nout when `writes`, and
+// rounded to Q8 blocks in nq and nd; norm.wgsl's FAST path with Q8, word
+// for word (RED_WG is its WG_ROW). Every invocation calls it (barriers).
+fn norm_row(ln: Lane, t: u32, writes: bool) {
+    let k = pu(1);
+    let b = t * k;
+    let lid = ln.lid;
+    var s4 = vec4<f32>(0.0);
+    var c = lid;
+    for (; c + 3u * RED_WG < k; c += 4u * RED_WG) {
+        let v = vec4<f32>(nx[b + c], nx[b + c + RED_WG], nx[b + c + 2u * RED_WG], nx[b + c + 3u * RED_WG]);
+        s4 = fma(v, v, s4);
+    }
+    for (; c < k; c += RED_WG) {
+        let v = nx[b + c];
+        s4.x = fma(v, v, s4.x);
+    }
+    let mean = wg_sum((s4.x + s4.y) + (s4.z + s4.w), ln) / f32(k);
+    let scale = div_rn(1.0, sqrt_rn(mean + pf(9)));
+    // One invocation per word of 4 values, RED_WG words at a time.
+    for (var w0 = 0u; w0 < k / 4u; w0 += RED_WG) {
+        let c4 = w0 + lid;
+        let live = c4 < k / 4u;
+        var v = vec4<f32>(0.0);
+        if (live) {
+            let c = 4u * c4;
+            v = vec4<f32>(nx[b + c] * scale * nw[c], nx[b + c + 1u] * scale * nw[c + 1u],
+                nx[b + c + 2u] * scale * nw[c + 2u], nx[b + c + 3u] * scale * nw[c + 3u]);
+            if (writes) {
+                nout[b + c] = v.x;
+                nout[b + c + 1u] = v.y;
+                nout[b + c + 2u] = v.z;
+                nout[b + c + 3u] = v.w;
+            }
+        }
+        let q = q8_round(v, lid);
+        if (live) {
+            nq[c4 / 4u][c4 % 4u] = q.word;
+            if (c4 % 8u == 0u) {
+                nd[c4 / 8u] = f16_round(q.d);
+            }
+        }
+    }
+    workgroupBarrier();
+}
+#endif
+
+// Activation block b of the token whose blocks start at xb: from memory,
+// or (NORM) from the workgroup's rounding of its row.
+fn act_block(xb: u32, b: u32) -> Act {
+#ifdef NORM
+    return Act(nq[2u * b], nq[2u * b + 1u], nd[b], 0);
+#else
+    let xi = xb + b;
+    return Act(aq[2u * xi], aq[2u * xi + 1u], ad[xi], 0);
+#endif
+}
+
 // Block b's contribution to 4 rows (first blocks rb) of weight `which`,
 // from the token's activation blocks starting at block xb.
 fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
-    let xi = xb + b;
-    var a = Act(aq[2u * xi], aq[2u * xi + 1u], ad[xi], 0);
+    var a = act_block(xb, b);
 #ifdef TYPE_Q4_0
     let ones = 0x01010101u;
     a.sum8 = 8 * (dot4I8Packed(a.lo.x, ones) + dot4I8Packed(a.lo.y, ones) + dot4I8Packed(a.lo.z, ones)
@@ -186,6 +268,64 @@ fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, b0: u32, st: u32) -> vec4<
 }
 
 #ifdef MULTI
+#ifdef NORM
+// 16 rows of one weight a workgroup: 4 quads of rows, PER invocations
+// each, whose sums meet in a tree over workgroup memory.
+const QUADS: u32 = 4u;
+const PER: u32 = RED_WG / QUADS;
+var<workgroup> part: array<vec4<f32>, RED_WG>;
+
+@compute @workgroup_size({{WG}})
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg);
+    let per_t = pu(4) + pu(6) + pu(8);
+    // Past the last group (a grid spilled into y): clamped, nothing
+    // stored (no early return before the barriers).
+    let live = g < per_t * pu(2);
+    let gg = min(g, per_t * pu(2) - 1u);
+    let t = gg / per_t;
+    var gb = gg % per_t;
+    norm_row(ln, t, live && gb == 0u);
+    // Which weight, and its group of rows: uniform over the workgroup.
+    var which = 0u;
+    var m = pu(0);
+    if (gb >= pu(4)) {
+        gb -= pu(4);
+        which = 1u;
+        m = pu(5);
+        if (gb >= pu(6)) {
+            gb -= pu(6);
+            which = 2u;
+            m = pu(7);
+        }
+    }
+    let lid = ln.lid;
+    let r0 = (gb * QUADS + lid / PER) * NR;
+    let nb = pu(3);
+    part[lid] = sweep(which, firsts(r0, m, nb), nb, 0u, lid % PER, PER);
+    for (var s = PER / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if (lid % PER < s) {
+            part[lid] += part[lid + s];
+        }
+    }
+    if (live && lid % PER == 0u) {
+        let total = part[lid];
+        for (var r = 0u; r < NR; r++) {
+            let o = t * m + r0 + r;
+            if (r0 + r < m) {
+                if (which == 0u) {
+                    out[o] = total[r];
+                } else if (which == 1u) {
+                    out1[o] = total[r];
+                } else {
+                    out2[o] = total[r];
+                }
+            }
+        }
+    }
+}
+#else
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -227,6 +367,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
 }
 #endif
+#endif
 
 #ifdef SINGLE
 @compute @workgroup_size({{WG}})
@@ -265,7 +406,8 @@ var<workgroup> glu_part: array<vec4<f32>, RED_WG>;
 var<workgroup> glu_rows: array<f32, 64>;
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lid = ln.lid;
     let g = wg_index(wid, nwg);
     let m = pu(0);
     let groups = m / 32u;
@@ -273,6 +415,9 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let gg = min(g, groups * pu(2) - 1u);
     let r0 = (gg % groups) * 32u;
     let t = gg / groups;
+#ifdef NORM
+    norm_row(ln, t, g < groups * pu(2) && r0 == 0u);
+#endif
     let nb = pu(3);
     // Invocation lid: quad lid / PER of the 16 (8 of gate rows, 8 of up
     // rows), blocks lid % PER, lid % PER + PER, ... of its 4 rows.
