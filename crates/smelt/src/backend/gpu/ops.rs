@@ -272,7 +272,7 @@ impl Backend for GpuBackend {
         };
         // The rms_norm held back whose output x is, taken in; or x's Q8
         // rounding.
-        let input = match self.norm_for_matvec(x, outs, gate_up.is_some()) {
+        let input = match self.norm_for_matvec((ws[0].dtype, x), outs, gate_up.is_some()) {
             Some(norm) => DotIn::Norm(norm),
             None => {
                 let MatIn::Q8([xq, xd, _]) = self.matmul_input(ws[0].dtype, x)? else {

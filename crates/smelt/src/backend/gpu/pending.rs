@@ -860,24 +860,22 @@ impl GpuBackend {
     /// and x's Q8 rounding is not stored.
     pub(super) fn norm_for_matvec(
         &mut self,
-        x: Tensor,
+        (t, x): (GgmlType, Tensor),
         outs: &[Tensor],
         glu: bool,
     ) -> Option<NormJoin> {
         let Some(Pending::Norm { x: nx, w, eps, out }) = self.pending else {
             return None;
         };
+        // The GLU's op binds nothing of its own.
         let kernel = if glu {
             Kernel::MatVecGlu {
-                t: GgmlType::Q8_0,
+                t,
                 op: Elementwise::SiluMul,
                 norm: true,
             }
         } else {
-            Kernel::MatVecMulti {
-                t: GgmlType::Q8_0,
-                norm: true,
-            }
+            Kernel::MatVecMulti { t, norm: true }
         };
         let bindings = kernel.bindings().len() as u32;
         let fits = self.ctx.features.fast_math

@@ -663,7 +663,10 @@ impl Kernel {
                     parts.push(src::EXACT);
                 }
                 parts.push(src::MATVEC_BLOCKS);
-                defines.push(("NOUT", self.bindings().len().to_string()));
+                if norm {
+                    // The norm's output: bound last.
+                    defines.push(("NOUT", self.bindings().len().to_string()));
+                }
             }
             Kernel::MatMulCoop { t, tile } => {
                 type_defines(t, &mut def);

@@ -268,6 +268,42 @@ fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, b0: u32, st: u32) -> vec4<
 }
 
 #ifdef MULTI
+// Group gb of a token's groups (of rows, per weight: params 4, 6, 8):
+// which weight, its rows, and the group within it. Uniform over the
+// workgroup.
+struct Group {
+    which: u32,
+    m: u32,
+    gb: u32,
+}
+
+fn group_of(gb: u32) -> Group {
+    if (gb < pu(4)) {
+        return Group(0u, pu(0), gb);
+    }
+    if (gb < pu(4) + pu(6)) {
+        return Group(1u, pu(5), gb - pu(4));
+    }
+    return Group(2u, pu(7), gb - pu(4) - pu(6));
+}
+
+// Token t's sums of rows r0..r0 + 4 of weight p.which into its output
+// (rows past p.m are not stored).
+fn store4(p: Group, t: u32, r0: u32, total: vec4<f32>) {
+    for (var r = 0u; r < NR; r++) {
+        let o = t * p.m + r0 + r;
+        if (r0 + r < p.m) {
+            if (p.which == 0u) {
+                out[o] = total[r];
+            } else if (p.which == 1u) {
+                out1[o] = total[r];
+            } else {
+                out2[o] = total[r];
+            }
+        }
+    }
+}
+
 #ifdef NORM
 // 16 rows of one weight a workgroup: 4 quads of rows, PER invocations
 // each, whose sums meet in a tree over workgroup memory.
@@ -284,25 +320,13 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let live = g < per_t * pu(2);
     let gg = min(g, per_t * pu(2) - 1u);
     let t = gg / per_t;
-    var gb = gg % per_t;
+    let gb = gg % per_t;
     norm_row(ln, t, live && gb == 0u);
-    // Which weight, and its group of rows: uniform over the workgroup.
-    var which = 0u;
-    var m = pu(0);
-    if (gb >= pu(4)) {
-        gb -= pu(4);
-        which = 1u;
-        m = pu(5);
-        if (gb >= pu(6)) {
-            gb -= pu(6);
-            which = 2u;
-            m = pu(7);
-        }
-    }
+    let p = group_of(gb);
     let lid = ln.lid;
-    let r0 = (gb * QUADS + lid / PER) * NR;
+    let r0 = (p.gb * QUADS + lid / PER) * NR;
     let nb = pu(3);
-    part[lid] = sweep(which, firsts(r0, m, nb), nb, 0u, lid % PER, PER);
+    part[lid] = sweep(p.which, firsts(r0, p.m, nb), nb, 0u, lid % PER, PER);
     for (var s = PER / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
         if (lid % PER < s) {
@@ -310,19 +334,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         }
     }
     if (live && lid % PER == 0u) {
-        let total = part[lid];
-        for (var r = 0u; r < NR; r++) {
-            let o = t * m + r0 + r;
-            if (r0 + r < m) {
-                if (which == 0u) {
-                    out[o] = total[r];
-                } else if (which == 1u) {
-                    out1[o] = total[r];
-                } else {
-                    out2[o] = total[r];
-                }
-            }
-        }
+        store4(p, t, r0, part[lid]);
     }
 }
 #else
@@ -334,36 +346,12 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         return;
     }
     let t = g / per_t;
-    // Which weight, and its row block: uniform over the workgroup.
-    var gb = g % per_t;
-    var which = 0u;
-    var m = pu(0);
-    if (gb >= pu(4)) {
-        gb -= pu(4);
-        which = 1u;
-        m = pu(5);
-        if (gb >= pu(6)) {
-            gb -= pu(6);
-            which = 2u;
-            m = pu(7);
-        }
-    }
-    let r0 = gb * NR;
+    let p = group_of(g % per_t);
+    let r0 = p.gb * NR;
     let nb = pu(3);
-    let total = wg_sum4(sweep(which, firsts(r0, m, nb), nb, t * nb, ln.lid, RED_WG), ln);
+    let total = wg_sum4(sweep(p.which, firsts(r0, p.m, nb), nb, t * nb, ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
-        for (var r = 0u; r < NR; r++) {
-            let o = t * m + r0 + r;
-            if (r0 + r < m) {
-                if (which == 0u) {
-                    out[o] = total[r];
-                } else if (which == 1u) {
-                    out1[o] = total[r];
-                } else {
-                    out2[o] = total[r];
-                }
-            }
-        }
+        store4(p, t, r0, total);
     }
 }
 #endif
