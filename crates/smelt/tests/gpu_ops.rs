@@ -685,9 +685,10 @@ fn decode_matvec_f32_acts_with_adapter_features() {
 
 /// Prefill matmuls on f32 activations with the adapter's features: the
 /// cooperative-matrix kernel where the adapter has one (f16 operands, f32
-/// sums; tiles of 32 tokens below 96, of 128 from there: both here), the
-/// tiled f32 kernel elsewhere. Shapes off the tile sizes in rows and
-/// tokens, k over several steps of 32.
+/// sums; tiles of 32 tokens below 96, of 128 from there, of 128 rows × 256
+/// tokens from 8192 rows and 256 tokens: all here), the tiled f32 kernel
+/// elsewhere. Shapes off the tile sizes in rows and tokens, k over several
+/// steps of 32.
 #[test]
 fn prefill_matmul_f32_acts_with_adapter_features() {
     let (seed, mut b) = f32_mode_bench();
@@ -701,10 +702,11 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
     for t in WEIGHT_TYPES {
         let k = if t.block_size() == 256 { 512 } else { 160 };
         // Short tiles (n < 96), slim ones (few tiles) and, where the
-        // adapter has cooperative matrices, wide ones (132 tiles or more).
+        // adapter has cooperative matrices, wide ones (132 tiles or more)
+        // and huge ones.
         let mut shapes = vec![(130usize, 70usize), (64, 64), (67, 5), (200, 129)];
         if coop != 0 {
-            shapes.push((4200, 129));
+            shapes.extend([(4200, 129), (8200, 260)]);
         }
         for (m, n) in shapes {
             let w = b.weight(t, m, k);

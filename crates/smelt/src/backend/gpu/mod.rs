@@ -26,7 +26,7 @@ pub use pipelines::{
     ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
 
-use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
+use crate::backend::{Backend, Caps, Result, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
 
 use buffers::Buffers;
@@ -72,6 +72,9 @@ struct Acts {
     q8: [Option<[Tensor; 3]>; 2],
     /// The set that holds the cached rounding (`acts_of`).
     q8_set: usize,
+    /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
+    /// matmul (`half_input`), grown to the largest input.
+    half: Option<Tensor>,
 }
 
 /// The input a matmul kernel reads.
@@ -359,6 +362,32 @@ impl GpuBackend {
             self.acts_of = Some((x.id, x.rows, x.cols, q));
         }
         Ok(input)
+    }
+
+    /// `x` as packed f16 for `matmul_coop.wgsl`, which would round it so
+    /// when staging: rounded once per input rather than once per tile of
+    /// rows, and read at half the bytes. Consecutive matmuls on the same
+    /// input (Q, K, V; gate, up) share it.
+    fn half_input(&mut self, x: Tensor) -> Result<Tensor> {
+        let n = x.n_elements();
+        let half = match self.acts.half {
+            Some(t) if t.n_elements() >= n => t,
+            _ => {
+                let t = self.alloc_tensor(GgmlType::F16, 1, n)?;
+                self.acts.half = Some(t);
+                if self.acts_of.is_some_and(|(.., q)| q == ActQuant::Half) {
+                    self.acts_of = None;
+                }
+                t
+            }
+        };
+        let half = half.reshape(x.rows, x.cols);
+        let key = Some((x.id, x.rows, x.cols, ActQuant::Half));
+        if self.acts_of != key {
+            Backend::copy(self, x, half)?;
+            self.acts_of = key;
+        }
+        Ok(half)
     }
 
     /// Forgets the cached rounding if `out` is the tensor it came from.

@@ -81,6 +81,9 @@ pub enum ActQuant {
     Q8K,
     /// F16 (F16 weights).
     F16,
+    /// Packed f16 for the cooperative-matrix matmul (`Copy` to F16): the
+    /// rounding it would make when staging, done once per input.
+    Half,
 }
 
 impl ActQuant {
@@ -100,7 +103,7 @@ impl ActQuant {
         match self {
             Self::Q8 => 32,
             Self::Q8K => 256,
-            Self::F16 => 1,
+            Self::F16 | Self::Half => 1,
         }
     }
 }
@@ -250,22 +253,40 @@ pub enum CoopTile {
     Slim,
     /// 128 rows × 32 tokens: a short batch, which 128 tokens would pad.
     Short,
+    /// 128 rows × 256 tokens on 16 subgroups: a matmul of many rows and
+    /// tokens (the FFN's gate and up), where the adapter's workgroup
+    /// memory holds it (`coop_tile_fits`).
+    Huge,
 }
 
 /// Prefill of this many tokens or more takes the tiles of 128 tokens.
 const COOP_WIDE_MIN_TOKENS: usize = 96;
+/// A matmul of this many rows and tokens or more takes huge tiles: on the
+/// H200 (pp512) the gate and up projections of 14336 and 8192 rows ran
+/// faster on them, those of 4096 rows were too few tiles.
+const COOP_HUGE_MIN_ROWS: usize = 8192;
+const COOP_HUGE_MIN_TOKENS: usize = 256;
 /// A matmul of fewer wide tiles than this takes slim ones: about one
 /// workgroup per multiprocessor of the large GPUs measured (132 on the
 /// H100 and H200).
 const COOP_FEW_TILES: usize = 132;
 
 impl CoopTile {
-    pub const ALL: [CoopTile; 3] = [CoopTile::Wide, CoopTile::Slim, CoopTile::Short];
+    pub const ALL: [CoopTile; 4] = [
+        CoopTile::Wide,
+        CoopTile::Slim,
+        CoopTile::Short,
+        CoopTile::Huge,
+    ];
 
-    /// The tile for an (m rows) × (n tokens) output, with fragments of fs.
-    pub fn pick(fs: u32, m: usize, n: usize) -> CoopTile {
+    /// The tile for an (m rows) × (n tokens) output, with fragments of fs;
+    /// `huge`: whether the adapter holds the huge tiles.
+    pub fn pick(fs: u32, m: usize, n: usize, huge: bool) -> CoopTile {
         if n < COOP_WIDE_MIN_TOKENS {
             return CoopTile::Short;
+        }
+        if huge && m >= COOP_HUGE_MIN_ROWS && n >= COOP_HUGE_MIN_TOKENS {
+            return CoopTile::Huge;
         }
         let c = CoopShape::of(fs, CoopTile::Wide);
         let (tm, tn) = c.tile(fs);
@@ -289,6 +310,15 @@ impl CoopTile {
 /// of 2 × 2) for matmuls of few wide tiles ran 8b at 6967 / 6864 t/s
 /// against 6849 / 6832, 1b Q4_0 at 32071 against 30352 (64 × 64 tiles:
 /// 6823 and 31159).
+///
+/// Later (f32 activations still, pp512 8b, 1b Q4_0, 1b Q8_0), with the
+/// other matmuls kept on their tiles (a larger wide tile had sent Q, O and
+/// down to the slim one, which the figures above mix in): wide tiles of
+/// 2 × 4 of 2 × 2 at 7249, 35732; 4 × 4 of 2 × 2 6814; 2 × 2 of 4 × 4
+/// 6756; 2 × 4 of 2 × 4 6561; 4 × 2 of 4 × 2 4957. Only the gate and up
+/// projections gained from a larger tile, 4 × 4 of 2 × 4 (128 × 256): 8b
+/// 7330 → 7782, 1b Q8_0 36459 → 40131; with f16 activations as words
+/// (`half_input`) 8033, 40918, 42948.
 #[derive(Clone, Copy, Debug)]
 struct CoopShape {
     sr: usize,
@@ -305,6 +335,7 @@ impl CoopShape {
             (_, CoopTile::Wide) => (2, 4, 2, 2),
             (_, CoopTile::Slim) => (1, 4, 2, 2),
             (_, CoopTile::Short) => (4, 1, 2, 2),
+            (_, CoopTile::Huge) => (4, 4, 2, 4),
         };
         CoopShape { sr, st, fm, fn_ }
     }
@@ -395,13 +426,19 @@ fn attention_coop_code(fs: u32, hd: u32) -> [(&'static str, String); 6] {
 }
 
 /// Whether an adapter's limits hold `matmul_coop.wgsl` with fragments of
-/// `fs` in all its shapes.
+/// `fs` in the shapes it needs (all but the huge one).
 pub fn coop_fits(fs: u32, limits: &wgpu::Limits) -> bool {
-    CoopTile::ALL.into_iter().all(|tile| {
-        let (bytes, invocations) = CoopShape::of(fs, tile).requirements(fs);
-        bytes <= limits.max_compute_workgroup_storage_size
-            && invocations <= limits.max_compute_invocations_per_workgroup
-    })
+    CoopTile::ALL
+        .into_iter()
+        .filter(|&tile| tile != CoopTile::Huge)
+        .all(|tile| coop_tile_fits(fs, tile, limits))
+}
+
+/// Whether an adapter's limits hold `matmul_coop.wgsl`'s `tile`.
+pub fn coop_tile_fits(fs: u32, tile: CoopTile, limits: &wgpu::Limits) -> bool {
+    let (bytes, invocations) = CoopShape::of(fs, tile).requirements(fs);
+    bytes <= limits.max_compute_workgroup_storage_size
+        && invocations <= limits.max_compute_invocations_per_workgroup
 }
 
 /// How a kernel's storage binding is declared.
@@ -821,7 +858,7 @@ impl Kernel {
                 def(match q {
                     ActQuant::Q8 => "Q8",
                     ActQuant::Q8K => "Q8_K",
-                    ActQuant::F16 => "F16",
+                    ActQuant::F16 | ActQuant::Half => "F16",
                 });
                 parts.extend([src::EXACT, src::QUANTIZE]);
             }

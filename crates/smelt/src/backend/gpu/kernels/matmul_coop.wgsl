@@ -7,14 +7,18 @@
 // tile of OUT as fragments of FS × FS. Its SR × ST subgroups (of 32) form
 // a grid; each holds FM × FN accumulators (TM / SR rows × TN / ST tokens).
 //
-// Per step of TK = 32 along k, the workgroup decodes the weight tile from
-// its GGUF blocks (`de8`, 8 values per call) and rounds the activations to
-// f16, both into workgroup memory as [row or token][k] with LDS halves per
-// row, stored V halves at a time; each subgroup then loads its fragments
-// from there and multiplies. The next step's activations and the words of
-// its weight blocks (`ld8`: decoded when staged, which holds fewer
-// registers than the values and waits on no load) are read into registers
-// before this step's multiplies, so their loads are in flight meanwhile.
+// The activations come as packed f16 (rounded once per input by the host's
+// copy, not once per tile of rows: `GpuBackend::half_input`), two values a
+// word. Per step of TK = 32 along k, the workgroup decodes the weight tile
+// from its GGUF blocks (`de8`, 8 values per call) and widens the
+// activations' words, both into workgroup memory as [row or token][k] with
+// LDS halves per row, stored V halves at a time; each subgroup then loads
+// its fragments from there and multiplies. The next step's activation
+// words and the words of its weight blocks (`ld8`: decoded when staged,
+// which holds fewer registers than the values and waits on no load) are
+// read into registers before this step's multiplies, so their loads are in
+// flight meanwhile. (Widening f16 pairs to f32 and rounding them back is
+// exact; WGSL has no bitcast of a word to two f16 that naga 30 accepts.)
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
@@ -27,7 +31,7 @@
 // (m, or more when w is a part of a split weight), 6 out's first column.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
-@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;   // (n, k / 4)
+@group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (n, k / 8) f16 pairs
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (n, m)
 
 const FS: u32 = {{FS}}u;
@@ -44,9 +48,9 @@ const WG: u32 = SR * ST * 32u;
 const LDS: u32 = TK + 8u;
 // Halves per element of the staged tiles.
 const V: u32 = {{V}}u;
-// dq8 calls and activation vec4s per invocation and step.
+// dq8 calls and activation words of 8 values per invocation and step.
 const NW: u32 = TM * (TK / 8u) / WG;
-const NX: u32 = TN * (TK / 4u) / WG;
+const NX: u32 = TN * (TK / 8u) / WG;
 
 var<workgroup> ws: array<{{LT}}, TM * LDS / V>; // weight rows × k
 var<workgroup> xs: array<{{LT}}, TN * LDS / V>; // tokens × k
@@ -74,10 +78,10 @@ fn put_x(h: u32, v: vec4<f32>) {
 }
 
 // One step's weights and activations in registers: the ld8 calls and
-// vec4s of invocation lid, in the order `stage` stores them.
+// activation words of invocation lid, in the order `stage` stores them.
 struct Step {
     w: array<R8, NW>,
-    x: array<vec4<f32>, NX>,
+    x: array<vec4<u32>, NX>,
 }
 
 fn fetch(lid: u32, k0: u32, r0: u32, t0: u32) -> Step {
@@ -92,8 +96,8 @@ fn fetch(lid: u32, k0: u32, r0: u32, t0: u32) -> Step {
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
-        let t = min(t0 + i / (TK / 4u), n - 1u);
-        s.x[c] = x[(t * k + k0) / 4u + i % (TK / 4u)];
+        let t = min(t0 + i / (TK / 8u), n - 1u);
+        s.x[c] = x[(t * k + k0) / 8u + i % (TK / 8u)];
     }
     return s;
 }
@@ -108,7 +112,10 @@ fn stage(lid: u32, s: Step) {
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
-        put_x((i / (TK / 4u)) * LDS + 4u * (i % (TK / 4u)), s.x[c]);
+        let h = (i / (TK / 8u)) * LDS + 8u * (i % (TK / 8u));
+        let q = s.x[c];
+        put_x(h, vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y)));
+        put_x(h + 4u, vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w)));
     }
 }
 
