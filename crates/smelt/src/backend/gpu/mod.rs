@@ -53,7 +53,7 @@ pub struct GpuBackend {
     acts: Acts,
     /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
     /// anything may have written that tensor.
-    acts_of: Option<(u32, usize, usize, ActQuant)>,
+    acts_of: Option<(u32, usize, usize, Held)>,
     /// An op not yet dispatched, for the next to join (`Pending`); anything
     /// else dispatches it as it is first.
     pending: Option<Pending>,
@@ -75,6 +75,16 @@ struct Acts {
     /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
     /// matmul (`half_input`), grown to the largest input.
     half: Option<Tensor>,
+}
+
+/// What `acts` holds for the tensor named in `acts_of`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// ggml's rounding for a matmul's weight type (`quantize.wgsl`, or the
+    /// op before it, fused).
+    Rounded(ActQuant),
+    /// Packed f16 for the cooperative-matrix matmul (`half_input`).
+    Half,
 }
 
 /// The input a matmul kernel reads.
@@ -338,9 +348,9 @@ impl GpuBackend {
             self.pending = None;
             let (kernel, params, bound, groups) = p.dispatch(Some(bufs), self.aux());
             self.run(kernel, params, &bound, groups)?;
-            self.acts_of = Some((x.id, x.rows, x.cols, q));
+            self.acts_of = Some((x.id, x.rows, x.cols, Held::Rounded(q)));
         }
-        if self.acts_of != Some((x.id, x.rows, x.cols, q)) {
+        if self.acts_of != Some((x.id, x.rows, x.cols, Held::Rounded(q))) {
             let n = x.n_elements();
             let (threads, bound) = match &input {
                 MatIn::Q8([xq, xd, xs]) => (n / 4, vec![x, *xq, *xd, *xs]),
@@ -359,7 +369,7 @@ impl GpuBackend {
                 &bound,
                 threads.div_ceil(wg) as u64,
             )?;
-            self.acts_of = Some((x.id, x.rows, x.cols, q));
+            self.acts_of = Some((x.id, x.rows, x.cols, Held::Rounded(q)));
         }
         Ok(input)
     }
@@ -375,14 +385,14 @@ impl GpuBackend {
             _ => {
                 let t = self.alloc_tensor(GgmlType::F16, 1, n)?;
                 self.acts.half = Some(t);
-                if self.acts_of.is_some_and(|(.., q)| q == ActQuant::Half) {
+                if self.acts_of.is_some_and(|(.., h)| h == Held::Half) {
                     self.acts_of = None;
                 }
                 t
             }
         };
         let half = half.reshape(x.rows, x.cols);
-        let key = Some((x.id, x.rows, x.cols, ActQuant::Half));
+        let key = Some((x.id, x.rows, x.cols, Held::Half));
         if self.acts_of != key {
             Backend::copy(self, x, half)?;
             self.acts_of = key;

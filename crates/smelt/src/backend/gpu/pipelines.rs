@@ -81,9 +81,6 @@ pub enum ActQuant {
     Q8K,
     /// F16 (F16 weights).
     F16,
-    /// Packed f16 for the cooperative-matrix matmul (`Copy` to F16): the
-    /// rounding it would make when staging, done once per input.
-    Half,
 }
 
 impl ActQuant {
@@ -103,7 +100,7 @@ impl ActQuant {
         match self {
             Self::Q8 => 32,
             Self::Q8K => 256,
-            Self::F16 | Self::Half => 1,
+            Self::F16 => 1,
         }
     }
 }
@@ -858,7 +855,7 @@ impl Kernel {
                 def(match q {
                     ActQuant::Q8 => "Q8",
                     ActQuant::Q8K => "Q8_K",
-                    ActQuant::F16 | ActQuant::Half => "F16",
+                    ActQuant::F16 => "F16",
                 });
                 parts.extend([src::EXACT, src::QUANTIZE]);
             }
