@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendError, Result};
 
-use super::pipelines::{ShaderFeatures, coop_fits};
+use super::pipelines::{CoopTile, ShaderFeatures, coop_fits, coop_tile_fits};
 
 /// What an adapter is and can do, as `smelt devices` prints it.
 #[derive(Clone, Debug)]
@@ -163,6 +163,8 @@ pub struct Context {
     /// of `GpuOptions::max_weight_binding_bytes`.
     pub max_weight_binding: u64,
     pub features: ShaderFeatures,
+    /// The limits hold `matmul_coop.wgsl`'s huge tiles too (`CoopTile`).
+    pub coop_huge: bool,
     pub zero_copy: bool,
     pub shader_bounds_checks: bool,
     pub quantize_activations: bool,
@@ -302,6 +304,8 @@ impl Context {
                 slot.get_or_insert(BackendError::DeviceLost(format!("{reason:?}: {msg}")));
             }
         });
+        let coop_huge =
+            features.coop != 0 && coop_tile_fits(features.coop, CoopTile::Huge, &limits);
         let max_binding = super::buffers::max_tensor_bytes(&limits);
         let max_weight_binding = max_binding.min(opts.max_weight_binding_bytes.unwrap_or(u64::MAX));
         Ok(Self {
@@ -312,6 +316,7 @@ impl Context {
             max_binding,
             max_weight_binding,
             features,
+            coop_huge,
             zero_copy,
             shader_bounds_checks: opts.shader_bounds_checks,
             quantize_activations: opts.quantize_activations,

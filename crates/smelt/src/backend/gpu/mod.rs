@@ -73,7 +73,7 @@ struct Acts {
     /// The set that holds the cached rounding (`acts_of`).
     q8_set: usize,
     /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
-    /// matmul (`half_input`), grown to the largest input.
+    /// matmul (`half_input`).
     half: Option<Tensor>,
 }
 
@@ -289,15 +289,7 @@ impl GpuBackend {
         let Some(q) = ActQuant::for_weight(w).filter(|_| rounds) else {
             return Ok(MatIn::F32(x));
         };
-        let n = x.n_elements().max(32);
-        if self.acts.capacity < n {
-            self.acts = Acts {
-                capacity: n,
-                ..Acts::default()
-            };
-            self.acts_of = None;
-        }
-        let cap = self.acts.capacity;
+        let cap = self.grow_acts(x.n_elements());
         // The held-back op whose output x is, if it rounds it in its own
         // dispatch.
         let fusing = self.pending.filter(|p| p.out() == x && p.rounds_output());
@@ -374,20 +366,31 @@ impl GpuBackend {
         Ok(input)
     }
 
+    /// Makes `acts` hold at least `n` values (a new, empty set if it held
+    /// fewer); its capacity.
+    fn grow_acts(&mut self, n: usize) -> usize {
+        let n = n.max(32);
+        if self.acts.capacity < n {
+            self.acts = Acts {
+                capacity: n,
+                ..Acts::default()
+            };
+            self.acts_of = None;
+        }
+        self.acts.capacity
+    }
+
     /// `x` as packed f16 for `matmul_coop.wgsl`, which would round it so
     /// when staging: rounded once per input rather than once per tile of
     /// rows, and read at half the bytes. Consecutive matmuls on the same
     /// input (Q, K, V; gate, up) share it.
     fn half_input(&mut self, x: Tensor) -> Result<Tensor> {
-        let n = x.n_elements();
+        let cap = self.grow_acts(x.n_elements());
         let half = match self.acts.half {
-            Some(t) if t.n_elements() >= n => t,
-            _ => {
-                let t = self.alloc_tensor(GgmlType::F16, 1, n)?;
+            Some(t) => t,
+            None => {
+                let t = self.alloc_tensor(GgmlType::F16, 1, cap)?;
                 self.acts.half = Some(t);
-                if self.acts_of.is_some_and(|(.., h)| h == Held::Half) {
-                    self.acts_of = None;
-                }
                 t
             }
         };

@@ -13,7 +13,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pending::{DotIn, matvec_call, multi_call};
 use super::pipelines::{
     COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
-    WEIGHT_TYPES, coop_tile_fits, has_min,
+    WEIGHT_TYPES, has_min,
 };
 use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
@@ -531,9 +531,7 @@ impl GpuBackend {
                 )
             }
             MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
-                let fs = self.ctx.features.coop;
-                let huge = coop_tile_fits(fs, CoopTile::Huge, &self.ctx.limits);
-                let tile = CoopTile::pick(fs, m, n, huge);
+                let tile = CoopTile::pick(self.ctx.features.coop, m, n, self.ctx.coop_huge);
                 let (tm, tn) = self.ctx.features.coop_tile(tile);
                 let tiles_m = m.div_ceil(tm);
                 let x = self.half_input(x)?;
