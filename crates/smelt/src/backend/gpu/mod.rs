@@ -26,7 +26,7 @@ pub use pipelines::{
     ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
 
-use crate::backend::{Backend, Caps, Result, Stats, Tensor, WeightData};
+use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
 
 use buffers::Buffers;
@@ -383,7 +383,10 @@ impl GpuBackend {
     /// `x` as packed f16 for `matmul_coop.wgsl`, which would round it so
     /// when staging: rounded once per input rather than once per tile of
     /// rows, and read at half the bytes. Consecutive matmuls on the same
-    /// input (Q, K, V; gate, up) share it.
+    /// input (Q, K, V; gate, up) share it. The tensor has x's shape but
+    /// `HalfBlocks`'s layout (blocks of 32 along a row, each block of all
+    /// rows together); only that kernel reads it. x's columns are a
+    /// multiple of 32 (the caller's condition for the coop matmul).
     fn half_input(&mut self, x: Tensor) -> Result<Tensor> {
         let cap = self.grow_acts(x.n_elements());
         let half = match self.acts.half {
@@ -397,7 +400,13 @@ impl GpuBackend {
         let half = half.reshape(x.rows, x.cols);
         let key = Some((x.id, x.rows, x.cols, Held::Half));
         if self.acts_of != key {
-            Backend::copy(self, x, half)?;
+            let n = x.n_elements();
+            self.run(
+                Kernel::HalfBlocks,
+                params(&[P::U(n as u32), P::U(x.cols as u32)]),
+                &[x, half],
+                n.div_ceil(2 * 256) as u64,
+            )?;
             self.acts_of = key;
         }
         Ok(half)

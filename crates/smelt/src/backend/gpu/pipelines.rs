@@ -197,6 +197,10 @@ pub enum Kernel {
         src: GgmlType,
         dst: GgmlType,
     },
+    /// F32 (rows, cols) to packed f16 in blocks of 32 along a row, each
+    /// block of all rows together: (cols / 32, rows, 32), the activations
+    /// of `matmul_coop.wgsl`.
+    HalfBlocks,
     /// The destination (cache) type, F32 or F16.
     SetRows(GgmlType),
     /// Two KV-cache writes with the same ids (K and V) in one dispatch.
@@ -528,6 +532,7 @@ impl Kernel {
                 v.push(Kernel::Copy { src, dst });
             }
         }
+        v.push(Kernel::HalfBlocks);
         for q in [ActQuant::Q8, ActQuant::Q8K, ActQuant::F16] {
             v.push(Kernel::QuantizeActs(q));
         }
@@ -608,7 +613,9 @@ impl Kernel {
             ],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
-            Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } => &[RW, RW],
+            Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } | Kernel::HalfBlocks => {
+                &[RW, RW]
+            }
             Kernel::SetRows(_) => &[RW, RW, RW],
             Kernel::SetRowsPair(_) => &[RW, RW, RW, RW, RW],
             Kernel::QuantizeActs(ActQuant::Q8) => &[RW, RW, RW, RW],
@@ -851,6 +858,11 @@ impl Kernel {
                 }
                 parts.push(src::COPY);
             }
+            Kernel::HalfBlocks => {
+                def("DST_F16");
+                def("BLOCKS");
+                parts.push(src::COPY);
+            }
             Kernel::QuantizeActs(q) => {
                 def(match q {
                     ActQuant::Q8 => "Q8",
@@ -894,10 +906,20 @@ impl Kernel {
                         ..
                     }
             );
+        // The prefill GEMM reads a repacked type's quant words in pairs.
+        let pairs = matches!(self, Kernel::MatMulCoop { t, .. } if f.repacks(t));
         if f16_weights {
             defines.push(("WQ_F16", String::new()));
         }
-        defines.push(("WQ", if f16_weights { "f16" } else { "u32" }.to_string()));
+        if pairs {
+            defines.push(("WQ_PAIRS", String::new()));
+        }
+        let wq = match (f16_weights, pairs) {
+            (true, _) => "f16",
+            (false, true) => "vec2<u32>",
+            (false, false) => "u32",
+        };
+        defines.push(("WQ", wq.to_string()));
         defines.push((
             "KV",
             if f.shader_f16 { "vec2<f16>" } else { "u32" }.to_string(),

@@ -3,7 +3,11 @@
 // per u32 word, so with DST_F16 each invocation writes one whole word and
 // no two invocations share one.
 //
-// copy params:     0 n (elements).
+// With BLOCKS (and DST_F16), the copy writes the blocks of 32 values of a
+// row apart, the same block of all rows together (`matmul_coop.wgsl`'s
+// activations: a tile's step then reads one run).
+//
+// copy params:     0 n (elements); with BLOCKS, 1 cols (a multiple of 32).
 // set_rows params: 0 n (src rows), 1 cols, 2 dst rows.
 
 #ifdef SRC_F16
@@ -91,6 +95,21 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     dst[at] = word;
 #else
     let n = pu(0);
+#ifdef BLOCKS
+    // Word g of dst holds values 2w, 2w + 1 of block b (32 values along a
+    // row) of row t; dst is (cols / 32, rows, 32), so a block of
+    // consecutive rows is one run of memory.
+    let cols = pu(1);
+    let rows = n / cols;
+    if (2u * g >= n) {
+        return;
+    }
+    let w = g % 16u;
+    let t = (g / 16u) % rows;
+    let b = g / (16u * rows);
+    let e = t * cols + 32u * b + 2u * w;
+    dst[g] = pack_f16(src_at(e), src_at(e + 1u));
+#else
 #ifdef DST_F16
     let e = 2u * g;
     if (e >= n) {
@@ -107,6 +126,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (g < n) {
         dst[g] = src_at(g);
     }
+#endif
 #endif
 #endif
 }

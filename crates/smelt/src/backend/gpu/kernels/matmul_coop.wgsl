@@ -9,7 +9,10 @@
 //
 // The activations come as packed f16 (rounded once per input by the host's
 // copy, not once per tile of rows: `GpuBackend::half_input`), two values a
-// word. Per step of TK = 32 along k, the workgroup decodes the weight tile
+// word, in blocks of 32 values along k with the same block of all n tokens
+// together: a step's activation tile is one run of memory, which its
+// invocations read in order (as rows of n × k, each token's 64 bytes were
+// a run of their own, and the loads took ~10% longer). Per step of TK = 32 along k, the workgroup decodes the weight tile
 // from its GGUF blocks (`de8`, 8 values per call) and widens the
 // activations' words, both into workgroup memory as [row or token][k] with
 // LDS halves per row, stored V halves at a time; each subgroup then loads
@@ -31,7 +34,7 @@
 // (m, or more when w is a part of a split weight), 6 out's first column.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
-@group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (n, k / 8) f16 pairs
+@group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (n, m)
 
 const FS: u32 = {{FS}}u;
@@ -97,7 +100,7 @@ fn fetch(lid: u32, k0: u32, r0: u32, t0: u32) -> Step {
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
         let t = min(t0 + i / (TK / 8u), n - 1u);
-        s.x[c] = x[(t * k + k0) / 8u + i % (TK / 8u)];
+        s.x[c] = x[((k0 / TK) * n + t) * (TK / 8u) + i % (TK / 8u)];
     }
     return s;
 }

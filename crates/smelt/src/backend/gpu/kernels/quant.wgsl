@@ -16,9 +16,12 @@
 //   and decode in ld8).
 // PLAIN is defined for F32 and F16, whose rows may have any length; the
 // block types always hold whole groups of 8. With WQ_F16 (F16 weights on an
-// adapter with shader-f16) `wq` is `array<f16>` and read natively.
+// adapter with shader-f16) `wq` is `array<f16>` and read natively; with
+// WQ_PAIRS (REPACKED only) it is `array<vec2<u32>>`, so that a pair of
+// quant words (8-byte aligned in a superblock) is one load.
 
 #ifndef WQ_F16
+#ifndef WQ_PAIRS
 fn rd8(b: u32) -> u32 {
     return (wq[b >> 2u] >> ((b & 3u) * 8u)) & 0xffu;
 }
@@ -39,6 +42,7 @@ fn rd16(b: u32) -> u32 {
 fn rdf16(b: u32) -> f32 {
     return h2(rd16(b)).x;
 }
+#endif
 #endif
 
 struct V8 {
@@ -141,7 +145,13 @@ struct R8 {
 }
 
 fn sb_words(q: u32, base: u32, at: u32, b: u32) -> R8 {
-    return R8(wq[q], wq[q + 1u], wq[base + at + (b % 8u) / 2u], (b & 1u) * 16u);
+    let s = base + at + (b % 8u) / 2u;
+#ifdef WQ_PAIRS
+    let p = wq[q / 2u];
+    return R8(p.x, p.y, wq[s / 2u][s % 2u], (b & 1u) * 16u);
+#else
+    return R8(wq[q], wq[q + 1u], wq[s], (b & 1u) * 16u);
+#endif
 }
 
 fn sb_scale(r: R8) -> f32 {
