@@ -882,14 +882,14 @@ impl Kernel {
                 parts.push(src::COPY);
             }
         }
-        if let Kernel::GetRows(t)
-        | Kernel::MatVec(t)
-        | Kernel::MatVecMulti { t, .. }
-        | Kernel::MatVecGlu { t, .. }
-        | Kernel::MatMul(t)
-        | Kernel::MatMulCoop { t, .. } = self
-            && f.repacks(t)
-        {
+        let repacked = matches!(self,
+            Kernel::GetRows(t)
+            | Kernel::MatVec(t)
+            | Kernel::MatVecMulti { t, .. }
+            | Kernel::MatVecGlu { t, .. }
+            | Kernel::MatMul(t)
+            | Kernel::MatMulCoop { t, .. } if f.repacks(t));
+        if repacked {
             defines.push(("REPACKED", String::new()));
         }
         defines.push(("WG", wg.to_string()));
@@ -907,7 +907,7 @@ impl Kernel {
                     }
             );
         // The prefill GEMM reads a repacked type's quant words in pairs.
-        let pairs = matches!(self, Kernel::MatMulCoop { t, .. } if f.repacks(t));
+        let pairs = repacked && matches!(self, Kernel::MatMulCoop { .. });
         if f16_weights {
             defines.push(("WQ_F16", String::new()));
         }

@@ -12,7 +12,9 @@
 // word, in blocks of 32 values along k with the same block of all n tokens
 // together: a step's activation tile is one run of memory, which its
 // invocations read in order (as rows of n × k, each token's 64 bytes were
-// a run of their own, and the loads took ~10% longer). Per step of TK = 32 along k, the workgroup decodes the weight tile
+// a run of their own, and the loads took ~10% longer).
+//
+// Per step of TK = 32 along k, the workgroup decodes the weight tile
 // from its GGUF blocks (`de8`, 8 values per call) and widens the
 // activations' words, both into workgroup memory as [row or token][k] with
 // LDS halves per row, stored V halves at a time; each subgroup then loads
