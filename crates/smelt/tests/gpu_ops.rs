@@ -937,17 +937,27 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
 }
 
 /// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: repacked Q4_0
-/// and Q8_0 decode runs the weights in one dispatch; every output against
-/// the CPU.
+/// and Q8_0 run the weights in one dispatch, in decode and (on cooperative
+/// matrices) in prefill, with tiles that end inside each weight and past
+/// the last token; every output against the CPU.
 #[test]
 fn f32_mode_matmuls_of_one_input() {
-    let (seed, mut b) = f32_mode_bench();
+    let seed = seed();
+    let opts = GpuOptions {
+        quantize_activations: false,
+        profile: true,
+        ..GpuOptions::default()
+    };
+    let mut b = Bench::new(seed, opts);
+    let repacked = [GgmlType::Q4_0, GgmlType::Q8_0];
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         let k = 2080;
         for (ms, n) in [
             (&[130usize, 67, 64][..], 1usize),
             (&[96, 33][..], 4),
             (&[40, 40, 8][..], 7),
+            (&[200, 72, 40][..], 130),
+            (&[96, 160][..], 100),
         ] {
             let ws: Vec<Pair> = ms.iter().map(|&m| b.weight(t, m, k)).collect();
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
@@ -982,6 +992,18 @@ fn f32_mode_matmuls_of_one_input() {
         }
     }
     b.assert_passed(seed);
+    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let coop = b.gpu.features().coop != 0;
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
+        let multi = used.iter().any(|k| {
+            k.starts_with(&format!("MatMulCoop {{ t: {t:?},")) && k.ends_with("multi: true }")
+        });
+        assert_eq!(
+            multi,
+            coop && repacked.contains(&t),
+            "seed {seed}: {t}: kernels run: {used:?}"
+        );
+    }
 }
 
 /// A rope of `n_heads` heads of `hd` values, all rotated, base 10000.
@@ -1206,10 +1228,12 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
 }
 
 /// Prefill attention in the f32 mode: with subgroups, four invocations a
-/// (head, row) in workgroups of 32 rows (`AttentionQuads`). Head sizes of
-/// the models (64, 128, 256), a last block of fewer rows, blocks whose rows
-/// belong to two sequences (ranges that differ per row), a sliding window
-/// and a softcap; every output against the CPU reference.
+/// (head, row) in workgroups of 32 rows (`AttentionQuads`); on cooperative
+/// matrices, workgroups of 2 query heads of a KV head, or 1 (groups of 4
+/// and 3 heads). Head sizes of the models (64, 128, 256), a last block of
+/// fewer rows, blocks whose rows belong to two sequences (ranges that
+/// differ per row), a sliding window and a softcap; every output against
+/// the CPU reference.
 #[test]
 fn f32_mode_prefill_attention() {
     let seed = seed();
@@ -1219,7 +1243,7 @@ fn f32_mode_prefill_attention() {
         ..GpuOptions::default()
     };
     let mut b = Bench::new(seed, opts);
-    let (n_heads, n_kv, ctx, slots) = (8usize, 2usize, 90usize, 3usize);
+    let (ctx, slots) = (90usize, 3usize);
     // 45 rows of slot 1 from position 0; rows alternating between slot 0
     // (positions 30..) and slot 2 (positions 0..); the cache's last rows
     // (the cooperative kernel's last block of keys moves back).
@@ -1238,7 +1262,10 @@ fn f32_mode_prefill_attention() {
     // p are rounded to f16.
     let coop = b.gpu.features().coop != 0;
     let on_coop = |hd: usize, cache_t| coop && cache_t == F16 && hd <= 128;
-    for hd in [64usize, 128, 256] {
+    for (hd, (n_heads, n_kv)) in [64usize, 128, 256]
+        .into_iter()
+        .flat_map(|hd| [(8usize, 2usize), (3, 1)].map(|heads| (hd, heads)))
+    {
         for cache_t in [F32, F16] {
             let (kc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
             let (vc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
@@ -1249,7 +1276,8 @@ fn f32_mode_prefill_attention() {
                 for (window, softcap) in [(None, None), (Some(7), None), (None, Some(2.0f32))] {
                     let out = b.output(F32, n, n_heads * hd);
                     let name = format!(
-                        "prefill attention hd {hd} {cache_t} {kind} window={window:?} softcap={softcap:?}"
+                        "prefill attention hd {hd} heads {n_heads}/{n_kv} {cache_t} {kind} \
+                         window={window:?} softcap={softcap:?}"
                     );
                     let tol = if on_coop(hd, cache_t) { 1e-6 } else { 1e-10 };
                     b.check(&name, tol, out, |be, g| {
@@ -1269,6 +1297,7 @@ fn f32_mode_prefill_attention() {
     // 1 + j / 4): each row's largest score keeps growing, so the
     // cooperative kernel's maximum moves (and its outputs are rescaled)
     // after the first block too.
+    let (n_heads, n_kv) = (8usize, 2usize);
     for hd in [64usize, 128] {
         let cols = n_kv * hd;
         let mut v = b.randn(slots * ctx * cols, 1.0);
@@ -1292,8 +1321,10 @@ fn f32_mode_prefill_attention() {
     b.assert_passed(seed);
     let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
     let count = |name: &str| used.iter().filter(|k| k.starts_with(name)).count();
+    // Distinct kernels: on cooperative matrices 2 head sizes × 2 head
+    // counts, the quads for the rest (F32 caches, heads of 256).
     let (coops, quads) = match (coop, b.gpu.features().subgroups) {
-        (true, _) => (2, 4),
+        (true, _) => (4, 4),
         (false, true) => (0, 6),
         (false, false) => (0, 0),
     };

@@ -13,7 +13,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pending::{DotIn, matvec_call, multi_call};
 use super::pipelines::{
     COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
-    WEIGHT_TYPES, has_min,
+    WEIGHT_TYPES, coop_attention_heads, has_min,
 };
 use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
@@ -254,6 +254,13 @@ impl Backend for GpuBackend {
     }
 
     fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
+        if let Some(tile) = self.multi_coop(ws, x, outs) {
+            for (&w, &out) in ws.iter().zip(outs) {
+                self.require(Op::MatMul, w.dtype)?;
+                contract::matmul(w, x, out)?;
+            }
+            return self.matmuls_coop(ws, x, outs, tile);
+        }
         if !self.multi_matvec(ws, x, outs) {
             for (&w, &out) in ws.iter().zip(outs) {
                 self.matmul(w, x, out)?;
@@ -346,14 +353,18 @@ impl Backend for GpuBackend {
         if per_row {
             let (kv, head_dim) = (k_cache.dtype, p.head_dim as u32);
             let f = self.ctx.features;
-            let coop = Kernel::AttentionCoop { head_dim };
+            let heads = coop_attention_heads(p.n_heads, p.n_kv_heads);
+            let coop = Kernel::AttentionCoop { head_dim, heads };
             let quads = Kernel::AttentionQuads { kv, head_dim };
             let (kernel, groups) = if kv == F16
                 && COOP_ATTENTION_HEAD_DIMS.contains(&head_dim)
                 && coop.builds_with(f)
                 && k_cache.rows >= f.coop as usize
             {
-                (coop, q.rows.div_ceil(f.coop as usize) * p.n_heads)
+                (
+                    coop,
+                    q.rows.div_ceil(f.coop as usize) * p.n_heads / heads as usize,
+                )
             } else if p.head_dim.is_multiple_of(16) && quads.builds_with(f) {
                 (quads, q.rows.div_ceil(32) * p.n_heads)
             } else {
@@ -470,10 +481,34 @@ impl GpuBackend {
     /// MATVEC_MAX_TOKENS rows) of 2 or 3 repacked weights of one type and
     /// width, none split, outputs of their own.
     fn multi_matvec(&self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
+        x.rows <= MATVEC_MAX_TOKENS && self.multi_repacked(ws, x, outs)
+    }
+
+    /// The tile when `matmuls` is one multi `MatMulCoop` dispatch: prefill
+    /// (f32 activations) on cooperative matrices of 2 or 3 repacked
+    /// weights as `multi_matvec` takes them, together on tiles other than
+    /// the huge ones. (Q, K and V: the small K and V filled the GPU badly
+    /// on tiles of their own, 1b pp512 10.3 → 8.7 µs a token on the H200;
+    /// gate and up, each on huge tiles already, were slower as one
+    /// dispatch, 8b 44.2 → 55.0.)
+    fn multi_coop(&self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Option<CoopTile> {
+        let f = self.ctx.features;
+        let fits = !self.ctx.quantize_activations
+            && x.rows > MATVEC_MAX_TOKENS
+            && f.coop != 0
+            && x.cols.is_multiple_of(32)
+            && self.multi_repacked(ws, x, outs);
+        let rows = ws.iter().map(|w| w.rows).sum();
+        fits.then(|| CoopTile::pick(f.coop, rows, x.rows, self.ctx.coop_huge))
+            .filter(|&tile| tile != CoopTile::Huge)
+    }
+
+    /// 2 or 3 repacked weights of one type and width, none split, and
+    /// outputs of their own.
+    fn multi_repacked(&self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
         let w0 = ws.first().copied();
         (2..=3).contains(&ws.len())
             && ws.len() == outs.len()
-            && x.rows <= MATVEC_MAX_TOKENS
             && w0.is_some_and(|w0| {
                 ws.iter().all(|w| {
                     w.dtype == w0.dtype
@@ -486,6 +521,54 @@ impl GpuBackend {
                 .iter()
                 .enumerate()
                 .all(|(i, o)| o.id != x.id && outs[..i].iter().all(|p| p.id != o.id))
+    }
+
+    /// The matmuls of `multi_coop` in one dispatch on its tile: the
+    /// weights' tiles along m one after the other.
+    fn matmuls_coop(
+        &mut self,
+        ws: &[Tensor],
+        x: Tensor,
+        outs: &[Tensor],
+        tile: CoopTile,
+    ) -> Result<()> {
+        let (w, n) = (ws[0], x.rows);
+        let (tm, tn) = self.ctx.features.coop_tile(tile);
+        let tiles: Vec<usize> = ws.iter().map(|w| w.rows.div_ceil(tm)).collect();
+        let all = tiles.iter().sum::<usize>();
+        // A missing third weight binds the second again and has no tiles.
+        let (w2, o2) = (
+            ws.get(2).copied().unwrap_or(ws[1]),
+            outs.get(2).copied().unwrap_or(outs[1]),
+        );
+        let m2 = if ws.len() == 3 { w2.rows } else { 0 };
+        let row_bytes = self.row_param(w.dtype, w.cols);
+        let half = self.half_input(x)?;
+        for &out in outs {
+            self.wrote(out);
+        }
+        self.run(
+            Kernel::MatMulCoop {
+                t: w.dtype,
+                tile,
+                multi: true,
+            },
+            params(&[
+                u(w.rows),
+                u(w.cols),
+                u(n),
+                u(row_bytes),
+                u(all),
+                u(w.rows),
+                u(0),
+                u(ws[1].rows),
+                u(m2),
+                u(tiles[0]),
+                u(tiles[0] + tiles[1]),
+            ]),
+            &[w, half, outs[0], ws[1], outs[1], w2, o2],
+            (all * n.div_ceil(tn)) as u64,
+        )
     }
 
     /// `out[:, o0 .. o0 + w.rows] = x · wᵀ`: the whole matmul (o0 = 0), or
@@ -536,7 +619,11 @@ impl GpuBackend {
                 let tiles_m = m.div_ceil(tm);
                 let x = self.half_input(x)?;
                 self.run(
-                    Kernel::MatMulCoop { t: w.dtype, tile },
+                    Kernel::MatMulCoop {
+                        t: w.dtype,
+                        tile,
+                        multi: false,
+                    },
                     params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
                     &[w, x, out],
                     (tiles_m * n.div_ceil(tn)) as u64,

@@ -137,11 +137,13 @@ pub enum Kernel {
     /// 64 × 64 output tiles: prefill, f32 activations.
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
-    /// adapter has them (`ShaderFeatures::coop`), in tiles of one of three
-    /// shapes.
+    /// adapter has them (`ShaderFeatures::coop`), in tiles of one of four
+    /// shapes; `multi`: up to 3 repacked weights of one input in one
+    /// dispatch (`Backend::matmuls`).
     MatMulCoop {
         t: GgmlType,
         tile: CoopTile,
+        multi: bool,
     },
     /// A legacy quant on Q8-rounded activations in ggml's arithmetic, a
     /// quad of invocations per row carrying up to 4 tokens (decode) ...
@@ -185,10 +187,12 @@ pub enum Kernel {
         kv: GgmlType,
         head_dim: u32,
     },
-    /// A subgroup per (head, block of FS rows) on cooperative matrices, an
-    /// F16 cache, heads of `COOP_ATTENTION_HEAD_DIMS` (prefill, f32 mode).
+    /// A workgroup per (`heads` query heads of one KV head, block of FS
+    /// rows) on cooperative matrices, a subgroup per head, an F16 cache,
+    /// heads of `COOP_ATTENTION_HEAD_DIMS` (prefill, f32 mode).
     AttentionCoop {
         head_dim: u32,
+        heads: u32,
     },
     Elementwise(Elementwise),
     Softmax,
@@ -370,7 +374,7 @@ impl CoopShape {
         for f in 0..n {
             decl += &format!("    var acc{f}: coop_mat{fs}x{fs}<f32, C>;\n");
             out += &format!(
-                "    coopStoreT(acc{f}, &cs[c0], FS);\n    emit({f}u, c0, t0 + st, r0 + sr, sl, sgs);\n"
+                "    coopStoreT(acc{f}, &cs[c0], FS);\n    emit({f}u, c0, t0 + st, r0 + sr, sl, sgs, m);\n"
             );
         }
         for i in 0..self.fm {
@@ -391,6 +395,17 @@ impl CoopShape {
 /// are HD / FS fragments each, held in registers.
 pub const COOP_ATTENTION_HEAD_DIMS: [u32; 2] = [64, 128];
 
+/// The query heads of one KV head that an `attention_coop.wgsl`
+/// workgroup takes (sharing its staged keys and values): 2 where they
+/// divide the heads of a group. On the H200 (pp512, groups of 4 heads) 8b
+/// attention took 9.4 µs a token with 2, 10.0 with 4 (half the workgroups,
+/// and 8b pp512 varied by up to ±36% between runs) and 18.1 with 1; 1b
+/// 2.5, 2.6 and 3.4.
+pub fn coop_attention_heads(n_heads: usize, n_kv_heads: usize) -> u32 {
+    let group = n_heads / n_kv_heads.max(1);
+    if group.is_multiple_of(2) { 2 } else { 1 }
+}
+
 /// `attention_coop.wgsl`'s fragments as variables, HD / FS of each: the
 /// queries (`qa{d}`, loaded once), one block's scores (`s`, summed over
 /// them), the outputs (`o{d}`), one block's P·V into them, and their
@@ -403,17 +418,17 @@ fn attention_coop_code(fs: u32, hd: u32) -> [(&'static str, String); 6] {
     let mut out = String::new();
     let mut rescale = String::new();
     for d in 0..hd / fs {
-        q += &format!("    let qa{d} = query_frag({d}u);\n");
+        q += &format!("    let qa{d} = query_frag(sg, {d}u);\n");
         let acc = if d == 0 { "zero" } else { "s" };
         let v = if d == 0 { "var s =" } else { "s =" };
-        s += &format!("        {v} coopMultiplyAdd(key_frag(cb, base, {d}u), qa{d}, {acc});\n");
+        s += &format!("        {v} coopMultiplyAdd(key_frag(kb, {d}u), qa{d}, {acc});\n");
         decl += &format!("    var o{d}: coop_mat{fs}x{fs}<f32, C>;\n");
-        step += &format!("        o{d} = coopMultiplyAdd(pa, value_frag(cb, base, {d}u), o{d});\n");
+        step += &format!("        o{d} = coopMultiplyAdd(pa, value_frag(kb, {d}u), o{d});\n");
         rescale += &format!(
-            "            coopStoreT(o{d}, &ss[0], FS);\n            rescale(k0, r, corr);\n            o{d} = coopLoadT<coop_mat{fs}x{fs}<f32, C>>(&ss[0], FS);\n"
+            "            coopStoreT(o{d}, &ss[sb], FS);\n            rescale(sb, k0, r, corr);\n            o{d} = coopLoadT<coop_mat{fs}x{fs}<f32, C>>(&ss[sb], FS);\n"
         );
         out += &format!(
-            "    coopStoreT(o{d}, &ss[0], FS);\n    emit({d}u, ob, k0, r, inv, live && i0 + r < n);\n"
+            "    coopStoreT(o{d}, &ss[sb], FS);\n    emit({d}u, sb, ob, k0, r, inv, live && i0 + r < n);\n"
         );
     }
     [
@@ -474,7 +489,9 @@ impl Kernel {
         let mut v = Vec::new();
         for t in WEIGHT_TYPES {
             v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
-            v.extend(CoopTile::ALL.map(|tile| Kernel::MatMulCoop { t, tile }));
+            for multi in [false, true] {
+                v.extend(CoopTile::ALL.map(|tile| Kernel::MatMulCoop { t, tile, multi }));
+            }
         }
         for t in Q8_WEIGHT_TYPES {
             v.extend([Kernel::MatVecQ8(t), Kernel::MatMulQ8(t)]);
@@ -543,7 +560,9 @@ impl Kernel {
             }
         }
         for head_dim in COOP_ATTENTION_HEAD_DIMS {
-            v.push(Kernel::AttentionCoop { head_dim });
+            for heads in [1, 2] {
+                v.push(Kernel::AttentionCoop { head_dim, heads });
+            }
         }
         v
     }
@@ -553,7 +572,9 @@ impl Kernel {
     /// under them decodes with MatVecDot/MatVecMulti, any other with MatVec.
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
-            Kernel::MatMulCoop { .. } => f.coop != 0 && f.shader_f16 && f.subgroups,
+            Kernel::MatMulCoop { t, multi, .. } => {
+                f.coop != 0 && f.shader_f16 && f.subgroups && (!multi || f.repacks(t))
+            }
             Kernel::MatVecMulti { t, .. }
             | Kernel::MatVecDot { t, .. }
             | Kernel::MatVecGlu { t, .. } => f.repacks(t),
@@ -576,7 +597,9 @@ impl Kernel {
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
-            Kernel::MatVec(_) | Kernel::MatMulCoop { .. } => &[R, R, RW],
+            Kernel::MatVec(_) | Kernel::MatMulCoop { multi: false, .. } => &[R, R, RW],
+            // With MULTI, the other weights and outputs after them.
+            Kernel::MatMulCoop { multi: true, .. } => &[R, R, RW, R, RW, R, RW],
             // Weights, Q8 quants, scales, out ...
             Kernel::MatVecDot {
                 residual: false, ..
@@ -709,21 +732,18 @@ impl Kernel {
                     defines.push(("NOUT", self.bindings().len().to_string()));
                 }
             }
-            Kernel::MatMulCoop { t, tile } => {
+            Kernel::MatMulCoop { t, tile, multi } => {
                 type_defines(t, &mut def);
+                if multi {
+                    def("MULTI");
+                }
                 let c = CoopShape::of(f.coop, tile);
                 defines.push(("FS", f.coop.to_string()));
                 defines.push(("FM", c.fm.to_string()));
                 defines.push(("FN", c.fn_.to_string()));
                 defines.push(("SR", c.sr.to_string()));
                 defines.push(("ST", c.st.to_string()));
-                // Metal's simdgroup loads take scalar pointers.
-                let v = if f.coop == 8 { 1 } else { 4 };
-                defines.push(("V", v.to_string()));
-                defines.push(("LT", if v == 4 { "vec4<f16>" } else { "f16" }.to_string()));
-                if v == 4 {
-                    defines.push(("LV4", String::new()));
-                }
+                staging_defines(f.coop, &mut defines);
                 defines.extend(c.accumulator_code(f.coop));
                 parts.extend([src::QUANT, src::MATMUL_COOP]);
             }
@@ -819,9 +839,11 @@ impl Kernel {
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ATTENTION_KEYS, src::ATTENTION]);
             }
-            Kernel::AttentionCoop { head_dim } => {
+            Kernel::AttentionCoop { head_dim, heads } => {
                 defines.push(("HD", head_dim.to_string()));
                 defines.push(("FS", f.coop.to_string()));
+                defines.push(("SQ", heads.to_string()));
+                staging_defines(f.coop, &mut defines);
                 defines.extend(attention_coop_code(f.coop, head_dim));
                 parts.extend([src::ATTENTION_KEYS, src::ATTENTION_COOP]);
             }
@@ -974,6 +996,18 @@ fn type_defines(t: GgmlType, def: &mut impl FnMut(&'static str)) {
         F32 | F16 => def("PLAIN"),
         Q4_K | Q5_K => def("K_SCALES"),
         _ => {}
+    }
+}
+
+/// How the cooperative kernels stage f16 tiles in workgroup memory: V
+/// halves an element of type LT (LV4: vec4<f16>). Metal's simdgroup loads
+/// (fragments of 8) take scalar pointers.
+fn staging_defines(fs: u32, defines: &mut Vec<(&str, String)>) {
+    let v = if fs == 8 { 1 } else { 4 };
+    defines.push(("V", v.to_string()));
+    defines.push(("LT", if v == 4 { "vec4<f16>" } else { "f16" }.to_string()));
+    if v == 4 {
+        defines.push(("LV4", String::new()));
     }
 }
 

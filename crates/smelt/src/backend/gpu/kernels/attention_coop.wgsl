@@ -2,20 +2,26 @@
 // the scores Q·Kᵀ and the sums P·V as FS × FS fragments with f16 operands
 // and f32 sums, the softmax between them in plain arithmetic.
 //
-// A workgroup is one subgroup (32 invocations) and FS query rows of one
-// head. It walks the cache rows its rows see (the union of their ranges:
-// neighbouring positions of one sequence, as a prompt is) in blocks of FS
-// keys. Per block:
+// A workgroup is FS query rows of SQ heads that share one KV head (grouped
+// queries), a subgroup (32 invocations) per head. It walks the cache rows
+// its rows see (the union of their ranges: neighbouring positions of one
+// sequence, as a prompt is) in blocks of FS keys. Per block:
 //
-// 1. The scores, transposed (keys × rows: the keys as the A operand, rows
-//    of the cache; the queries as B), into workgroup memory. On NVIDIA the
-//    keys read as a column-major B operand from the cache gave wrong
-//    scores; this form uses only the loads the GEMM and P·V use.
+// 0. The block's keys and values are staged in workgroup memory, once for
+//    the SQ heads, from loads of 4 halves in row order; the next block's
+//    are loaded into registers meanwhile (double-buffered, so one barrier
+//    a block orders the stores). Fragments loaded straight from the cache
+//    took most of the time: it grew with the head size, not the softmax.
+// 1. The scores, transposed (keys × rows: the keys as the A operand; the
+//    queries as B), into workgroup memory. On NVIDIA the keys read as a
+//    column-major B operand gave wrong scores; this form uses only the
+//    loads the GEMM and P·V use.
 // 2. Each row's maximum in the block. A fragment cannot be scaled one row
 //    at a time, so p is taken against a maximum m that is only moved when
 //    some row's grows past it by more than GROW: then every output
 //    fragment is rescaled through workgroup memory (the first block, then
-//    rarely). So p = exp(score - m) ≤ e^GROW, which f16 holds.
+//    rarely; any head's row moves every head's maximum).
+//    So p = exp(score - m) ≤ e^GROW, which f16 holds.
 // 3. p rounded to f16 through workgroup memory, the row sums l in
 //    registers, then O += P·V.
 //
@@ -31,30 +37,56 @@
 //
 // Params as attention.wgsl: 0 n (query rows), 1 n_heads, 2 n_kv_heads,
 // 3 head_dim, 4 ctx, 5 window (0: none), 6 scale (f32; over softcap when
-// there is one), 7 softcap (f32, 0: none), 8 cache rows.
+// there is one), 7 softcap (f32, 0: none), 8 cache rows. SQ divides
+// n_heads / n_kv_heads.
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
-@group(0) @binding(2) var<storage, read> kc: array<f16>;          // (slots * ctx, n_kv_heads * head_dim)
-@group(0) @binding(3) var<storage, read> vc: array<f16>;          // (slots * ctx, n_kv_heads * head_dim)
+@group(0) @binding(2) var<storage, read> kc: array<vec4<f16>>;    // (slots * ctx, n_kv_heads * head_dim)
+@group(0) @binding(3) var<storage, read> vc: array<vec4<f16>>;    // (slots * ctx, n_kv_heads * head_dim)
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;   // (n, n_heads * head_dim)
 
 const FS: u32 = {{FS}}u;
 const HD: u32 = {{HD}}u;
+const SQ: u32 = {{SQ}}u;
+const WG: u32 = 32u * SQ;
 // Invocations per query row in the softmax, and the keys each takes.
 const LPR: u32 = 32u / FS;
 const KPL: u32 = FS / LPR;
+// Halves per staged key or value row: HD plus 8 of padding, which keeps
+// fragment rows 16-byte aligned and spreads them over the banks.
+const LK: u32 = HD + 8u;
+// Halves per element of the staged arrays (matmul_coop.wgsl's V).
+const V: u32 = {{V}}u;
+// Loads of 4 halves per invocation for a block's keys (as many for its
+// values); the last may be past the block.
+const NKV: u32 = (FS * HD / 4u + WG - 1u) / WG;
+// Two buffers of a block's keys and values (FS rows of LK halves each),
+// which first hold the rows' queries (SQ heads of FS × HD).
+const KV_HALVES: u32 = 4u * FS * LK;
+const ST_HALVES: u32 = max(KV_HALVES, SQ * FS * HD);
 
-var<workgroup> qs: array<f16, FS * HD>;   // the rows' queries, rounded
-var<workgroup> ss: array<f32, FS * FS>;   // a block's scores (keys × rows), then an output fragment
-var<workgroup> ps: array<f16, FS * FS>;   // a block's p
-var<workgroup> span: vec2<u32>;           // the first and last cache row seen
-var<workgroup> grow: u32;                 // whether a row's maximum grew by more than GROW
+var<workgroup> st: array<{{LT}}, ST_HALVES / V>;
+var<workgroup> ss: array<f32, SQ * FS * FS>;   // per head: a block's scores (keys × rows), then an output fragment
+var<workgroup> ps: array<f16, SQ * FS * FS>;   // per head: a block's p
+var<workgroup> span: vec2<u32>;                // the first and last cache row seen
+var<workgroup> grow: u32;                      // whether a row's maximum grew by more than GROW
 
 // How far a row's maximum may grow past the one its p are taken against:
 // p ≤ e^GROW (f16 holds it).
 const GROW: f32 = 8.0;
+
+// Stores 4 halves at half h (a multiple of 4) of st.
+fn put(h: u32, v: vec4<f16>) {
+#ifdef LV4
+    st[h / 4u] = v;
+#else
+    for (var e = 0u; e < 4u; e++) {
+        st[h + e] = v[e];
+    }
+#endif
+}
 
 // A scaled score, capped as ggml caps it: cap · tanh(s · scale / cap).
 fn scaled(s: f32) -> f32 {
@@ -74,48 +106,88 @@ fn seen(i: u32) -> vec2<u32> {
     return vec2<u32>(row0 + first_key(p), row0 + p);
 }
 
-// Fragment d of the block's keys from cache row c (A: keys × head dims)
-// and of its values (B: keys × head dims), rows of the cache.
-fn key_frag(c: u32, base: u32, d: u32) -> coop_mat{{FS}}x{{FS}}<f16, A> {
-    return coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&kc[c * pu(2) * HD + base + d * FS], pu(2) * HD);
+// One block's keys and values in registers: the loads of invocation lid.
+struct Block {
+    k: array<vec4<f16>, NKV>,
+    v: array<vec4<f16>, NKV>,
 }
 
-fn value_frag(c: u32, base: u32, d: u32) -> coop_mat{{FS}}x{{FS}}<f16, B> {
-    return coopLoadT<coop_mat{{FS}}x{{FS}}<f16, B>>(&vc[c * pu(2) * HD + base + d * FS], pu(2) * HD);
+// The loads of cache rows cb.. of the KV head at half `base` of a row.
+fn fetch(lid: u32, cb: u32, base: u32) -> Block {
+    var b: Block;
+    for (var c = 0u; c < NKV; c++) {
+        let i = min(lid + c * WG, FS * HD / 4u - 1u);
+        let e = ((cb + i / (HD / 4u)) * pu(2) * HD + base) / 4u + i % (HD / 4u);
+        b.k[c] = kc[e];
+        b.v[c] = vc[e];
+    }
+    return b;
 }
 
-// Fragment d of the queries, transposed (B: head dims × rows).
-fn query_frag(d: u32) -> coop_mat{{FS}}x{{FS}}<f16, B> {
-    return coopLoad<coop_mat{{FS}}x{{FS}}<f16, B>>(&qs[d * FS], HD);
+// Stores a block's keys at half kb of st (rows of LK), its values after.
+fn stage(lid: u32, b: Block, kb: u32) {
+    for (var c = 0u; c < NKV; c++) {
+        let i = lid + c * WG;
+        if (i < FS * HD / 4u) {
+            let h = kb + (i / (HD / 4u)) * LK + 4u * (i % (HD / 4u));
+            put(h, b.k[c]);
+            put(h + FS * LK, b.v[c]);
+        }
+    }
 }
 
-@compute @workgroup_size(32)
+// Fragment d of the staged keys (A: keys × head dims) and values (B: keys
+// × head dims) at half kb.
+fn key_frag(kb: u32, d: u32) -> coop_mat{{FS}}x{{FS}}<f16, A> {
+    return coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&st[(kb + d * FS) / V], LK / V);
+}
+
+fn value_frag(kb: u32, d: u32) -> coop_mat{{FS}}x{{FS}}<f16, B> {
+    return coopLoadT<coop_mat{{FS}}x{{FS}}<f16, B>>(&st[(kb + FS * LK + d * FS) / V], LK / V);
+}
+
+// Fragment d of head s's queries, transposed (B: head dims × rows).
+fn query_frag(s: u32, d: u32) -> coop_mat{{FS}}x{{FS}}<f16, B> {
+    return coopLoad<coop_mat{{FS}}x{{FS}}<f16, B>>(&st[(s * FS * HD + d * FS) / V], HD / V);
+}
+
+@compute @workgroup_size(WG)
 fn main(
     @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) sl: u32,
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
     let n = pu(0);
     let nh = pu(1);
     let blocks = (n + FS - 1u) / FS;
+    let groups = nh / SQ;
     // No early return for a workgroup past the blocks (a grid spilled into
     // y): cooperative ops need uniform control flow, so it computes the
     // last block again and stores nothing.
     let g0 = wg_index(wid, nwg);
-    let g = min(g0, blocks * nh - 1u);
+    let g = min(g0, blocks * groups - 1u);
     // The last rows (the most keys) first; a block's heads are
-    // neighbouring workgroups.
-    let h = g % nh;
-    let i0 = (blocks - 1u - g / nh) * FS;
-    let base = (h / (nh / pu(2))) * HD;
-    for (var e = lid; e < FS * HD; e += 32u) {
-        let i = min(i0 + e / HD, n - 1u);
-        qs[e] = f16(q[i * nh * HD + h * HD + e % HD]);
+    // neighbouring workgroups. This subgroup's head is h.
+    let h0 = (g % groups) * SQ;
+    let h = h0 + sg;
+    let i0 = (blocks - 1u - g / groups) * FS;
+    let base = (h0 / (nh / pu(2))) * HD;
+    // The SQ heads' queries, rounded, at the start of st.
+    for (var e = lid; e < SQ * FS * HD / 4u; e += WG) {
+        let s = e / (FS * HD / 4u);
+        let j = e % (FS * HD / 4u);
+        let i = min(i0 + j / (HD / 4u), n - 1u);
+        let at = i * nh * HD + (h0 + s) * HD + 4u * (j % (HD / 4u));
+        put(4u * e, vec4<f16>(vec4<f32>(q[at], q[at + 1u], q[at + 2u], q[at + 3u])));
     }
     // This invocation's row in the softmax (rows past n repeat row n - 1
-    // and store nothing) and the keys it takes there.
-    let r = lid / LPR;
-    let k0 = (lid % LPR) * KPL;
+    // and store nothing) and the keys it takes there, and where its
+    // head's part of ss and ps starts.
+    let r = sl / LPR;
+    let k0 = (sl % LPR) * KPL;
+    let sb = sg * FS * FS;
     let i = min(i0 + r, n - 1u);
     let mine = seen(i);
     if (lid == 0u) {
@@ -134,10 +206,20 @@ fn main(
     var m = NEG_BIG;
     var l = 0.0;
 {{O_DECL}}
+    var next = fetch(lid, min(all.x, last), base);
+    // Every head has its queries before the keys take their place.
+    workgroupBarrier();
+    var kb = 0u;
     for (var c0 = all.x; c0 <= all.y; c0 += FS) {
         let cb = min(c0, last);
+        stage(lid, next, kb);
+        workgroupBarrier();
+        // The next block's loads are in flight during this one.
+        if (c0 + FS <= all.y) {
+            next = fetch(lid, min(c0 + FS, last), base);
+        }
 {{S_STEP}}
-        coopStoreT(s, &ss[0], FS);
+        coopStoreT(s, &ss[sb], FS);
         workgroupBarrier();
         // This invocation's scores, NEG_BIG where masked, and the row's
         // maximum in the block.
@@ -147,7 +229,7 @@ fn main(
             let c = cb + k0 + e;
             sc[e] = NEG_BIG;
             if (c >= c0 && c >= mine.x && c <= mine.y) {
-                sc[e] = scaled(ss[(k0 + e) * FS + r]);
+                sc[e] = scaled(ss[sb + (k0 + e) * FS + r]);
                 mb = max(mb, sc[e]);
             }
         }
@@ -173,15 +255,16 @@ fn main(
                 p = exp(sc[e] - m);
             }
             l += p;
-            ps[r * FS + k0 + e] = f16(p);
+            ps[sb + r * FS + k0 + e] = f16(p);
         }
         workgroupBarrier();
         // Every invocation has read the flag (before the barrier).
         if (lid == 0u) {
             grow = 0u;
         }
-        let pa = coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&ps[0], FS);
+        let pa = coopLoadT<coop_mat{{FS}}x{{FS}}<f16, A>>(&ps[sb], FS);
 {{O_STEP}}
+        kb = KV_HALVES / 2u - kb;
     }
     for (var o = 1u; o < LPR; o <<= 1u) {
         l += subgroupShuffleXor(l, o);
@@ -196,21 +279,22 @@ fn main(
 }
 
 // Rescales this invocation's part of its row of an output fragment staged
-// in ss by corr.
-fn rescale(k0: u32, r: u32, corr: f32) {
+// in its head's part of ss (from sb) by corr.
+fn rescale(sb: u32, k0: u32, r: u32, corr: f32) {
     workgroupBarrier();
     for (var e = 0u; e < KPL; e++) {
-        ss[r * FS + k0 + e] *= corr;
+        ss[sb + r * FS + k0 + e] *= corr;
     }
     workgroupBarrier();
 }
 
-// Writes output fragment d, staged in ss, for this invocation's row.
-fn emit(d: u32, ob: u32, k0: u32, r: u32, inv: f32, valid: bool) {
+// Writes output fragment d, staged in its head's part of ss (from sb), for
+// this invocation's row.
+fn emit(d: u32, sb: u32, ob: u32, k0: u32, r: u32, inv: f32, valid: bool) {
     workgroupBarrier();
     if (valid) {
         for (var e = 0u; e < KPL; e++) {
-            out[ob + d * FS + k0 + e] = ss[r * FS + k0 + e] * inv;
+            out[ob + d * FS + k0 + e] = ss[sb + r * FS + k0 + e] * inv;
         }
     }
     workgroupBarrier();

@@ -34,10 +34,25 @@
 //
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
 // (m, or more when w is a part of a split weight), 6 out's first column.
+//
+// MULTI (repacked types): up to 3 weights of one input in one dispatch
+// (`Backend::matmuls`: Q, K, V; gate, up), their tiles along m one after
+// the other, so the small K and V projections fill the GPU together with
+// Q; weight i > 0 is bound as wq{i} and writes all of out{i}. Params: 4
+// the tiles of all, 7 m1, 8 m2, 9 and 10 the first tiles of w1 and w2.
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (n, m)
+#ifdef MULTI
+@group(0) @binding(4) var<storage, read> wq1: array<{{WQ}}>;       // (m1, k)
+@group(0) @binding(5) var<storage, read_write> out1: array<f32>; // (n, m1)
+@group(0) @binding(6) var<storage, read> wq2: array<{{WQ}}>;       // (m2, k)
+@group(0) @binding(7) var<storage, read_write> out2: array<f32>; // (n, m2)
+#endif
+// The weight this workgroup's rows are of (MULTI's i; else 0), which
+// quant.wgsl's loads read.
+var<private> part: u32;
 
 const FS: u32 = {{FS}}u;
 const FM: u32 = {{FM}}u;
@@ -89,9 +104,7 @@ struct Step {
     x: array<vec4<u32>, NX>,
 }
 
-fn fetch(lid: u32, k0: u32, r0: u32, t0: u32) -> Step {
-    let m = pu(0);
-    let k = pu(1);
+fn fetch(lid: u32, k0: u32, r0: u32, t0: u32, m: u32) -> Step {
     let n = pu(2);
     var s: Step;
     for (var c = 0u; c < NW; c++) {
@@ -135,15 +148,25 @@ fn frag_a(st: u32, j: u32, kk: u32) -> coop_mat{{FS}}x{{FS}}<f16, A> {
 }
 
 // Writes accumulator f (tokens f / FM, rows f % FM of the subgroup's
-// corner), staged at cs[c0..], inside (n, m) to `out`.
-fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32) {
+// corner), staged at cs[c0..], inside (n, m) to `out` (MULTI: its part's).
+fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32, m: u32) {
     workgroupBarrier();
     let t1 = tb + (f / FM) * FS;
     let r1 = rb + (f % FM) * FS;
     for (var e = sl; e < FS * FS; e += sgs) {
         let t = t1 + e / FS;
         let r = r1 + e % FS;
-        if (t < pu(2) && r < pu(0)) {
+        if (t < pu(2) && r < m) {
+#ifdef MULTI
+            if (part == 1u) {
+                out1[t * m + r] = cs[c0 + e];
+                continue;
+            }
+            if (part == 2u) {
+                out2[t * m + r] = cs[c0 + e];
+                continue;
+            }
+#endif
             out[t * pu(5) + pu(6) + r] = cs[c0 + e];
         }
     }
@@ -161,8 +184,21 @@ fn main(
 ) {
     let k = pu(1);
     let g = wg_index(wid, nwg);
-    let r0 = (g % pu(4)) * TM;
+    let gm = g % pu(4);
     let t0 = (g / pu(4)) * TN;
+    var m = pu(0);
+    var r0 = gm * TM;
+#ifdef MULTI
+    if (gm >= pu(10)) {
+        part = 2u;
+        m = pu(8);
+        r0 = (gm - pu(10)) * TM;
+    } else if (gm >= pu(9)) {
+        part = 1u;
+        m = pu(7);
+        r0 = (gm - pu(9)) * TM;
+    }
+#endif
     // No early return for a workgroup past the tiles (a grid spilled into
     // y): cooperative ops need uniform control flow, so it computes a
     // clamped tile and stores nothing.
@@ -173,13 +209,13 @@ fn main(
     // host: NVIDIA's compiler puts an array of cooperative matrices in
     // local memory, which halved the speed).
 {{ACC_DECL}}
-    var next = fetch(lid, 0u, r0, t0);
+    var next = fetch(lid, 0u, r0, t0, m);
     for (var k0 = 0u; k0 < k; k0 += TK) {
         stage(lid, next);
         workgroupBarrier();
         // The next step's loads are in flight during the multiplies.
         if (k0 + TK < k) {
-            next = fetch(lid, k0 + TK, r0, t0);
+            next = fetch(lid, k0 + TK, r0, t0, m);
         }
         for (var kk = 0u; kk < TK; kk += FS) {
 {{ACC_STEP}}
