@@ -753,6 +753,51 @@ fn f32_mode_residual_add_fused_with_norm() {
     b.assert_passed(seed);
 }
 
+/// Prefill in the f32-activation mode: a GLU before a matmul on
+/// cooperative matrices also writes the matmul's f16 input (`GluHalf`), so
+/// the two are two dispatches, not three. Both outputs against the CPU, the
+/// dispatch count, and which kernel ran.
+#[test]
+fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
+    let seed = seed();
+    let opts = GpuOptions {
+        quantize_activations: false,
+        profile: true,
+        ..GpuOptions::default()
+    };
+    let mut b = Bench::new(seed, opts);
+    let coop = b.gpu.features().coop != 0;
+    let (n, k, m) = (130usize, 320usize, 96usize);
+    for t in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        for gelu in [false, true] {
+            let (gate, up) = (b.f32s(n, k, 1.0), b.f32s(n, k, 1.0));
+            let w = b.weight(t, m, k);
+            let (act, out) = (b.output(F32, n, k), b.output(F32, n, m));
+            let ffn = move |be: &mut dyn Backend, g: bool| {
+                let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                glu(be, gelu, p(gate), p(up), p(act))?;
+                be.matmul(p(w), p(act), p(out))
+            };
+            let name = format!("{t} gelu={gelu} glu + matmul n={n}");
+            let tol = if coop { 2e-6 } else { 1e-8 };
+            b.check(&format!("{name}: out"), tol, out, ffn);
+            b.check(&format!("{name}: act"), 1e-12, act, ffn);
+            let before = b.gpu.stats().dispatches;
+            ffn(&mut b.gpu, true).unwrap();
+            b.gpu.synchronize().unwrap();
+            assert_eq!(b.gpu.stats().dispatches - before, 2, "{name}");
+        }
+    }
+    b.assert_passed(seed);
+    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    assert_eq!(
+        (ran("GluHalf"), ran("HalfBlocks")),
+        (coop, false),
+        "seed {seed}: kernels run: {used:?}"
+    );
+}
+
 /// The GELU or SiLU GLU of gate and up into out.
 fn glu(
     be: &mut dyn Backend,
@@ -950,15 +995,22 @@ fn f32_mode_matmuls_of_one_input() {
     };
     let mut b = Bench::new(seed, opts);
     let repacked = [GgmlType::Q4_0, GgmlType::Q8_0];
+    let coop = b.gpu.features().coop != 0;
+    // Where there are cooperative matrices, also Q, K and V too many wide
+    // tiles together: Q alone, K and V together.
+    let mut cases = vec![
+        (&[130usize, 67, 64][..], 1usize),
+        (&[96, 33][..], 4),
+        (&[40, 40, 8][..], 7),
+        (&[200, 72, 40][..], 130),
+        (&[96, 160][..], 100),
+    ];
+    if coop {
+        cases.push((&[4200, 2100, 2100][..], 260));
+    }
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         let k = 2080;
-        for (ms, n) in [
-            (&[130usize, 67, 64][..], 1usize),
-            (&[96, 33][..], 4),
-            (&[40, 40, 8][..], 7),
-            (&[200, 72, 40][..], 130),
-            (&[96, 160][..], 100),
-        ] {
+        for &(ms, n) in &cases {
             let ws: Vec<Pair> = ms.iter().map(|&m| b.weight(t, m, k)).collect();
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let outs: Vec<Pair> = ms.iter().map(|&m| b.output(F32, n, m)).collect();
@@ -993,7 +1045,6 @@ fn f32_mode_matmuls_of_one_input() {
     }
     b.assert_passed(seed);
     let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
-    let coop = b.gpu.features().coop != 0;
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         let multi = used.iter().any(|k| {
             k.starts_with(&format!("MatMulCoop {{ t: {t:?},")) && k.ends_with("multi: true }")

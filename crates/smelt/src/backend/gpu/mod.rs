@@ -401,12 +401,24 @@ impl GpuBackend {
         let key = Some((x.id, x.rows, x.cols, Held::Half));
         if self.acts_of != key {
             let n = x.n_elements();
-            self.run(
-                Kernel::HalfBlocks,
-                params(&[P::U(n as u32), P::U(x.cols as u32)]),
-                &[x, half],
-                n.div_ceil(2 * 256) as u64,
-            )?;
+            let groups = n.div_ceil(2 * 256) as u64;
+            match self.pending {
+                // The GLU held back whose output x is writes both.
+                Some(Pending::Glu { op, gate, up, out }) if out == x => {
+                    self.pending = None;
+                    let p = [n, n, 0, x.cols].map(|v| P::U(v as u32));
+                    self.run(
+                        Kernel::GluHalf(op),
+                        params(&p),
+                        &[gate, out, up, half],
+                        groups,
+                    )?;
+                }
+                _ => {
+                    let p = [P::U(n as u32), P::U(x.cols as u32)];
+                    self.run(Kernel::HalfBlocks, params(&p), &[x, half], groups)?;
+                }
+            }
             self.acts_of = key;
         }
         Ok(half)

@@ -254,12 +254,15 @@ impl Backend for GpuBackend {
     }
 
     fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
-        if let Some(tile) = self.multi_coop(ws, x, outs) {
+        if let Some((first, tile)) = self.multi_coop(ws, x, outs) {
             for (&w, &out) in ws.iter().zip(outs) {
                 self.require(Op::MatMul, w.dtype)?;
                 contract::matmul(w, x, out)?;
             }
-            return self.matmuls_coop(ws, x, outs, tile);
+            for (&w, &out) in ws[..first].iter().zip(outs) {
+                self.matmul(w, x, out)?;
+            }
+            return self.matmuls_coop(&ws[first..], x, &outs[first..], tile);
         }
         if !self.multi_matvec(ws, x, outs) {
             for (&w, &out) in ws.iter().zip(outs) {
@@ -484,23 +487,20 @@ impl GpuBackend {
         x.rows <= MATVEC_MAX_TOKENS && self.multi_repacked(ws, x, outs)
     }
 
-    /// The tile when `matmuls` is one multi `MatMulCoop` dispatch: prefill
-    /// (f32 activations) on cooperative matrices of 2 or 3 repacked
-    /// weights as `multi_matvec` takes them, together on tiles other than
-    /// the huge ones. (Q, K and V: the small K and V filled the GPU badly
-    /// on tiles of their own, 1b pp512 10.3 → 8.7 µs a token on the H200;
-    /// gate and up, each on huge tiles already, were slower as one
-    /// dispatch, 8b 44.2 → 55.0.)
-    fn multi_coop(&self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Option<CoopTile> {
+    /// Whether `matmuls` runs multi `MatMulCoop` dispatches: prefill (f32
+    /// activations) on cooperative matrices of 2 or 3 repacked weights as
+    /// `multi_matvec` takes them; then which of them together, on which
+    /// tile (`CoopTile::group`).
+    fn multi_coop(&self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Option<(usize, CoopTile)> {
         let f = self.ctx.features;
         let fits = !self.ctx.quantize_activations
             && x.rows > MATVEC_MAX_TOKENS
             && f.coop != 0
             && x.cols.is_multiple_of(32)
             && self.multi_repacked(ws, x, outs);
-        let rows = ws.iter().map(|w| w.rows).sum();
-        fits.then(|| CoopTile::pick(f.coop, rows, x.rows, self.ctx.coop_huge))
-            .filter(|&tile| tile != CoopTile::Huge)
+        let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
+        fits.then(|| CoopTile::group(f.coop, &rows, x.rows, self.ctx.coop_huge))
+            .flatten()
     }
 
     /// 2 or 3 repacked weights of one type and width, none split, and

@@ -159,6 +159,9 @@ pub enum Kernel {
     AddRmsNorm,
     /// SiluMul or GeluMul fused with the next matmul's Q8 rounding.
     GluQ8(Elementwise),
+    /// SiluMul or GeluMul that also writes its output as `HalfBlocks`
+    /// does, for the next matmul on cooperative matrices.
+    GluHalf(Elementwise),
     Rope(RopeMode),
     /// Two ropes at the same positions (Q and K) in one dispatch.
     RopePair(RopeMode),
@@ -300,6 +303,26 @@ impl CoopTile {
         } else {
             CoopTile::Wide
         }
+    }
+
+    /// How matmuls of one input (`Backend::matmuls`, weights of `rows`)
+    /// run as one multi dispatch: the weights from `first` on together on
+    /// `tile`, those before it alone; None: each alone. Not on huge tiles
+    /// (gate and up, each on huge tiles already, were slower as one
+    /// dispatch: 8b pp512 44.2 → 55.0 µs a token on the H200). Q, K and V
+    /// together where that fills the GPU better than K and V alone (1b: 10.3
+    /// → 8.7 µs a token), but K and V without Q where all three would be
+    /// more than two wide tiles a multiprocessor (8b: 384 tiles took as
+    /// long, 17.2 µs, as Q on its own 256 and K and V on slim tiles).
+    pub fn group(fs: u32, rows: &[usize], n: usize, huge: bool) -> Option<(usize, CoopTile)> {
+        let pick = |rows: &[usize]| CoopTile::pick(fs, rows.iter().sum(), n, huge);
+        let (tm, tn) = CoopShape::of(fs, CoopTile::Wide).tile(fs);
+        let wide: usize = rows.iter().map(|m| m.div_ceil(tm) * n.div_ceil(tn)).sum();
+        let (first, tile) = match pick(rows) {
+            CoopTile::Wide if rows.len() == 3 && wide > 2 * COOP_FEW_TILES => (1, pick(&rows[1..])),
+            tile => (0, tile),
+        };
+        (tile != CoopTile::Huge).then_some((first, tile))
     }
 }
 
@@ -543,6 +566,7 @@ impl Kernel {
         }
         for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
             v.push(Kernel::GluQ8(op));
+            v.push(Kernel::GluHalf(op));
         }
         for src in [F32, F16] {
             for dst in [F32, F16] {
@@ -619,6 +643,7 @@ impl Kernel {
             Kernel::RmsNorm { weight: false } => &[RW, RW],
             Kernel::RmsNorm { weight: true } => &[RW, RW, RW],
             Kernel::RmsNormQ8 | Kernel::GluQ8(_) => &[RW, RW, RW, RW, RW, RW],
+            Kernel::GluHalf(_) => &[RW, RW, RW, RW],
             Kernel::AddRmsNorm => &[RW, RW, RW, RW, RW],
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
@@ -857,12 +882,16 @@ impl Kernel {
                 });
                 parts.extend([src::EXACT, src::ELEMENTWISE]);
             }
-            Kernel::GluQ8(op) => {
+            Kernel::GluQ8(op) | Kernel::GluHalf(op) => {
                 def(match op {
                     Elementwise::GeluMul => "GELU_MUL",
                     _ => "SILU_MUL",
                 });
-                def("Q8");
+                def(if matches!(self, Kernel::GluQ8(_)) {
+                    "Q8"
+                } else {
+                    "HALF"
+                });
                 parts.extend([src::EXACT, src::ELEMENTWISE]);
             }
             Kernel::Softmax | Kernel::Argmax => {

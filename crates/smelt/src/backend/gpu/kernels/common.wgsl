@@ -89,6 +89,18 @@ fn pack_f16(a: f32, b: f32) -> u32 {
     return f16_bits(a) | (f16_bits(b) << 16u);
 }
 
+// The f16 activations of `matmul_coop.wgsl` (copy.wgsl's BLOCKS): an
+// (rows, cols) matrix as (cols / 32, rows, 32), blocks of 32 values along a
+// row with the same block of every row together, so a block of consecutive
+// rows is one run of memory. Word g holds values 2w, 2w + 1 of block b of
+// row t; the first is element t · cols + 32b + 2w of the matrix.
+fn block_pair(g: u32, cols: u32, rows: u32) -> u32 {
+    let w = g % 16u;
+    let t = (g / 16u) % rows;
+    let b = g / (16u * rows);
+    return t * cols + 32u * b + 2u * w;
+}
+
 // Two f16 values packed in a u32 word, as f32. (Not through
 // bitcast<vec2<f16>>: naga 30's WGSL front end types that as a scalar.)
 fn h2(w: u32) -> vec2<f32> {

@@ -96,18 +96,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #else
     let n = pu(0);
 #ifdef BLOCKS
-    // Word g of dst holds values 2w, 2w + 1 of block b (32 values along a
-    // row) of row t; dst is (cols / 32, rows, 32), so a block of
-    // consecutive rows is one run of memory.
-    let cols = pu(1);
-    let rows = n / cols;
     if (2u * g >= n) {
         return;
     }
-    let w = g % 16u;
-    let t = (g / 16u) % rows;
-    let b = g / (16u * rows);
-    let e = t * cols + 32u * b + 2u * w;
+    let e = block_pair(g, pu(1), n / pu(1));
     dst[g] = pack_f16(src_at(e), src_at(e + 1u));
 #else
 #ifdef DST_F16

@@ -8,12 +8,21 @@
 // activation rounding (exact.wgsl's q8_store, as quantize.wgsl's Q8) on
 // the values written: one invocation per word of 4 values.
 //
-// Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32).
+// The HALF define (SILU_MUL and GELU_MUL) also writes the values as
+// copy.wgsl's BLOCKS does, for the next matmul on cooperative matrices
+// (`GpuBackend::half_input`): one invocation per word of 2 values, in the
+// blocked order.
+//
+// Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32),
+// 3 cols (HALF, a multiple of 32).
 
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
 #ifndef SCALE
 @group(0) @binding(3) var<storage, read_write> b: array<f32>;     // (rows, cols) or (cols)
+#endif
+#ifdef HALF
+@group(0) @binding(4) var<storage, read_write> halves: array<u32>;  // (cols / 32, rows, 32) f16 pairs
 #endif
 #ifdef Q8
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;    // (n / 4) quants, 4 per word
@@ -40,6 +49,20 @@ fn op(i: u32) -> f32 {
 #endif
 }
 
+#ifdef HALF
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = gid.x + gid.y * nwg.x * 256u;
+    if (2u * g >= pu(0)) {
+        return;
+    }
+    let e = block_pair(g, pu(3), pu(0) / pu(3));
+    let v = vec2<f32>(op(e), op(e + 1u));
+    out[e] = v.x;
+    out[e + 1u] = v.y;
+    halves[g] = pack_f16(v.x, v.y);
+}
+#else
 #ifdef Q8
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -62,4 +85,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         out[i] = op(i);
     }
 }
+#endif
 #endif
