@@ -753,6 +753,63 @@ fn f32_mode_residual_add_fused_with_norm() {
     b.assert_passed(seed);
 }
 
+/// Prefill in the f32-activation mode: a residual add and rms_norm before
+/// a matmul on cooperative matrices also write the matmul's f16 input
+/// (`AddRmsNormHalf`, with fast math), so the three are two dispatches, not
+/// three. The sum, the norm and the matmul against the CPU, the dispatch
+/// count, and which kernel ran.
+#[test]
+fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
+    let seed = seed();
+    let opts = GpuOptions {
+        quantize_activations: false,
+        profile: true,
+        ..GpuOptions::default()
+    };
+    let mut b = Bench::new(seed, opts);
+    let f = b.gpu.features();
+    let fused = f.coop != 0 && f.fast_math;
+    let (n, k, m) = (130usize, 320usize, 96usize);
+    for t in [GgmlType::Q4_0, GgmlType::Q4_1] {
+        let (x, r, nw) = (b.f32s(n, k, 1.0), b.f32s(n, k, 1.0), b.f32s(1, k, 1.0));
+        let w = b.weight(t, m, k);
+        let (h, sum, out) = (
+            b.output(F32, n, k),
+            b.output(F32, n, k),
+            b.output(F32, n, m),
+        );
+        // As the models call them: x += r in place, then its norm; x is
+        // copied out first, so every run starts from the same x.
+        let layer = move |be: &mut dyn Backend, g: bool| {
+            let p = |t: Pair| if g { t.gpu } else { t.cpu };
+            be.copy(p(x), p(sum))?;
+            be.add(p(sum), p(r), p(sum))?;
+            be.rms_norm(p(sum), Some(p(nw)), 1e-5, p(h))?;
+            be.matmul(p(w), p(h), p(out))
+        };
+        let name = format!("{t} add + rms_norm + matmul n={n}");
+        let tol = if f.coop != 0 { 2e-6 } else { 1e-8 };
+        b.check(&format!("{name}: out"), tol, out, layer);
+        b.check(&format!("{name}: norm"), 1e-10, h, layer);
+        b.check(&format!("{name}: sum"), 1e-12, sum, layer);
+        let before = b.gpu.stats().dispatches;
+        layer(&mut b.gpu, true).unwrap();
+        b.gpu.synchronize().unwrap();
+        // The copy, the add and norm, and the matmul; with cooperative
+        // matrices but no fusing, a HalfBlocks copy too.
+        let want = if f.coop != 0 && !fused { 4 } else { 3 };
+        assert_eq!(b.gpu.stats().dispatches - before, want, "{name}");
+    }
+    b.assert_passed(seed);
+    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    assert_eq!(
+        (ran("AddRmsNormHalf"), ran("HalfBlocks")),
+        (fused, f.coop != 0 && !fused),
+        "seed {seed}: kernels run: {used:?}"
+    );
+}
+
 /// Prefill in the f32-activation mode: a GLU before a matmul on
 /// cooperative matrices also writes the matmul's f16 input (`GluHalf`), so
 /// the two are two dispatches, not three. Both outputs against the CPU, the

@@ -402,8 +402,10 @@ impl GpuBackend {
         if self.acts_of != key {
             let n = x.n_elements();
             let groups = n.div_ceil(2 * 256) as u64;
+            let f = self.ctx.features;
             match self.pending {
-                // The GLU held back whose output x is writes both.
+                // The GLU or add and norm held back whose output x is
+                // writes both.
                 Some(Pending::Glu { op, gate, up, out }) if out == x => {
                     self.pending = None;
                     let p = [n, n, 0, x.cols].map(|v| P::U(v as u32));
@@ -413,6 +415,13 @@ impl GpuBackend {
                         &[gate, out, up, half],
                         groups,
                     )?;
+                }
+                Some(p @ Pending::AddNorm { out, .. })
+                    if out == x && Kernel::AddRmsNormHalf.builds_with(f) =>
+                {
+                    self.pending = None;
+                    let (kernel, params, bound, groups) = pending::add_norm_call(p, Some(half));
+                    self.run(kernel, params, &bound, groups)?;
                 }
                 _ => {
                     let p = [P::U(n as u32), P::U(x.cols as u32)];

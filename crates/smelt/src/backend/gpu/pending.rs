@@ -52,6 +52,17 @@ pub(super) enum Pending {
     /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
     /// next takes it in (`AddRmsNorm`).
     Add { a: Tensor, b: Tensor, out: Tensor },
+    /// `sum = a + b`, then `rms_norm(sum, w, eps, out)` (`AddRmsNorm`): a
+    /// matmul on cooperative matrices next has it write its f16 blocks
+    /// too (`AddRmsNormHalf`, in `GpuBackend::half_input`).
+    AddNorm {
+        a: Tensor,
+        b: Tensor,
+        sum: Tensor,
+        w: Tensor,
+        eps: f32,
+        out: Tensor,
+    },
     /// A rope: a rope at the same positions and with the same frequencies
     /// next (K after Q) joins it in one dispatch.
     Rope {
@@ -430,12 +441,37 @@ fn set_rows_call(
     }
 }
 
+/// A held-back add and norm (`Pending::AddNorm`), with `half` (the next
+/// matmul's f16 blocks) written too (`AddRmsNormHalf`).
+pub(super) fn add_norm_call(p: Pending, half: Option<Tensor>) -> Call {
+    let Pending::AddNorm {
+        a,
+        b,
+        sum,
+        w,
+        eps,
+        out,
+    } = p
+    else {
+        unreachable!("add_norm_call takes a Pending::AddNorm");
+    };
+    let params = params(&[P::U(out.rows as u32), P::U(out.cols as u32), P::F(eps)]);
+    let mut bound = vec![a, out, w, b, sum];
+    bound.extend(half);
+    let kernel = match half {
+        None => Kernel::AddRmsNorm,
+        Some(_) => Kernel::AddRmsNormHalf,
+    };
+    (kernel, params, bound, out.rows as u64)
+}
+
 impl Pending {
     pub(super) fn out(&self) -> Tensor {
         match *self {
             Pending::Norm { out, .. }
             | Pending::Glu { out, .. }
             | Pending::Add { out, .. }
+            | Pending::AddNorm { out, .. }
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
@@ -573,6 +609,7 @@ impl Pending {
                     n.div_ceil(256) as u64,
                 )
             }
+            Pending::AddNorm { .. } => add_norm_call(*self, None),
             Pending::Glu { op, gate, up, out } => {
                 let n = gate.n_elements();
                 let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
@@ -828,8 +865,9 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// The rms_norm (with weight `w`) of a held-back add's sum, in one
-    /// dispatch with the add; false if no such add is pending.
+    /// The rms_norm (with weight `w`) of a held-back add's sum, held back
+    /// in its place to be one dispatch with the add (`Pending::AddNorm`);
+    /// false if no such add is pending.
     pub(super) fn norm_of_pending_add(
         &mut self,
         x: Tensor,
@@ -843,13 +881,15 @@ impl GpuBackend {
         if sum != x || out.id == sum.id || out.id == a.id || out.id == b.id {
             return Ok(false);
         }
-        self.pending = None;
-        self.run(
-            Kernel::AddRmsNorm,
-            params(&[P::U(x.rows as u32), P::U(x.cols as u32), P::F(eps)]),
-            &[a, out, w, b, sum],
-            x.rows as u64,
-        )?;
+        self.acts_of = None;
+        self.pending = Some(Pending::AddNorm {
+            a,
+            b,
+            sum,
+            w,
+            eps,
+            out,
+        });
         Ok(true)
     }
 

@@ -157,6 +157,10 @@ pub enum Kernel {
     RmsNormQ8,
     /// A residual add and the rms_norm (with a weight) of its sum.
     AddRmsNorm,
+    /// AddRmsNorm that also writes its output as `HalfBlocks` does, for the
+    /// next matmul on cooperative matrices (fast math: its own order of
+    /// sums).
+    AddRmsNormHalf,
     /// SiluMul or GeluMul fused with the next matmul's Q8 rounding.
     GluQ8(Elementwise),
     /// SiluMul or GeluMul that also writes its output as `HalfBlocks`
@@ -536,6 +540,7 @@ impl Kernel {
             Kernel::RmsNorm { weight: true },
             Kernel::RmsNormQ8,
             Kernel::AddRmsNorm,
+            Kernel::AddRmsNormHalf,
             Kernel::Rope(RopeMode::Normal),
             Kernel::Rope(RopeMode::Neox),
             Kernel::RopePair(RopeMode::Normal),
@@ -609,7 +614,7 @@ impl Kernel {
             Kernel::AttentionCoop { .. } => {
                 f.coop != 0 && f.shader_f16 && f.subgroups && f.fast_math
             }
-            Kernel::AttentionRope(_) => f.fast_math,
+            Kernel::AttentionRope(_) | Kernel::AddRmsNormHalf => f.fast_math,
             _ => true,
         }
     }
@@ -645,6 +650,7 @@ impl Kernel {
             Kernel::RmsNormQ8 | Kernel::GluQ8(_) => &[RW, RW, RW, RW, RW, RW],
             Kernel::GluHalf(_) => &[RW, RW, RW, RW],
             Kernel::AddRmsNorm => &[RW, RW, RW, RW, RW],
+            Kernel::AddRmsNormHalf => &[RW, RW, RW, RW, RW, RW],
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
@@ -809,9 +815,12 @@ impl Kernel {
                 def("Q8");
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
-            Kernel::AddRmsNorm => {
+            Kernel::AddRmsNorm | Kernel::AddRmsNormHalf => {
                 def("WEIGHT");
                 def("ADD");
+                if self == Kernel::AddRmsNormHalf {
+                    def("HALF");
+                }
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
             Kernel::Rope(mode) | Kernel::RopePair(mode) => {
