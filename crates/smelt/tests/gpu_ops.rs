@@ -205,6 +205,34 @@ fn f32_mode_bench() -> (u64, Bench) {
     (seed, Bench::new(seed, opts))
 }
 
+/// As `f32_mode_bench`, profiling, so that a test can tell which kernels
+/// ran (`kernels_run`).
+fn f32_mode_profiled_bench() -> (u64, Bench) {
+    let seed = seed();
+    let opts = GpuOptions {
+        quantize_activations: false,
+        profile: true,
+        ..GpuOptions::default()
+    };
+    (seed, Bench::new(seed, opts))
+}
+
+/// The kernels a profiling bench's GPU has run, by label.
+fn kernels_run(b: &Bench) -> Vec<String> {
+    b.gpu.op_times().into_iter().map(|t| t.kernel).collect()
+}
+
+/// The dispatches one run of `op` takes on the GPU.
+fn gpu_dispatches(
+    b: &mut Bench,
+    op: impl Fn(&mut dyn Backend, bool) -> smelt::backend::Result<()>,
+) -> u64 {
+    let before = b.gpu.stats().dispatches;
+    op(&mut b.gpu, true).unwrap();
+    b.gpu.synchronize().unwrap();
+    b.gpu.stats().dispatches - before
+}
+
 /// Whether the f32-activation mode rounds a matmul's activations to Q8
 /// blocks first: repacked Q4_0 and Q8_0 decode (up to 4 tokens), whose
 /// mat-vecs take packed integer dot products, as llama.cpp's GPU ones do.
@@ -755,18 +783,13 @@ fn f32_mode_residual_add_fused_with_norm() {
 
 /// Prefill in the f32-activation mode: a residual add and rms_norm before
 /// a matmul on cooperative matrices also write the matmul's f16 input
-/// (`AddRmsNormHalf`, with fast math), so the three are two dispatches, not
-/// three. The sum, the norm and the matmul against the CPU, the dispatch
-/// count, and which kernel ran.
+/// (`AddRmsNormHalf`, with fast math): one dispatch for the three, and one
+/// for the matmul, where a `HalfBlocks` copy would be one more. The sum,
+/// the norm and the matmul against the CPU, the dispatch count, and which
+/// kernel ran.
 #[test]
 fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
-    let seed = seed();
-    let opts = GpuOptions {
-        quantize_activations: false,
-        profile: true,
-        ..GpuOptions::default()
-    };
-    let mut b = Bench::new(seed, opts);
+    let (seed, mut b) = f32_mode_profiled_bench();
     let f = b.gpu.features();
     let fused = f.coop != 0 && f.fast_math;
     let (n, k, m) = (130usize, 320usize, 96usize);
@@ -792,16 +815,13 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
         b.check(&format!("{name}: out"), tol, out, layer);
         b.check(&format!("{name}: norm"), 1e-10, h, layer);
         b.check(&format!("{name}: sum"), 1e-12, sum, layer);
-        let before = b.gpu.stats().dispatches;
-        layer(&mut b.gpu, true).unwrap();
-        b.gpu.synchronize().unwrap();
         // The copy, the add and norm, and the matmul; with cooperative
         // matrices but no fusing, a HalfBlocks copy too.
         let want = if f.coop != 0 && !fused { 4 } else { 3 };
-        assert_eq!(b.gpu.stats().dispatches - before, want, "{name}");
+        assert_eq!(gpu_dispatches(&mut b, layer), want, "{name}");
     }
     b.assert_passed(seed);
-    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let used = kernels_run(&b);
     let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
     assert_eq!(
         (ran("AddRmsNormHalf"), ran("HalfBlocks")),
@@ -816,13 +836,7 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
 /// dispatch count, and which kernel ran.
 #[test]
 fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
-    let seed = seed();
-    let opts = GpuOptions {
-        quantize_activations: false,
-        profile: true,
-        ..GpuOptions::default()
-    };
-    let mut b = Bench::new(seed, opts);
+    let (seed, mut b) = f32_mode_profiled_bench();
     let coop = b.gpu.features().coop != 0;
     let (n, k, m) = (130usize, 320usize, 96usize);
     for t in [GgmlType::Q4_0, GgmlType::Q4_1] {
@@ -839,14 +853,11 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
             let tol = if coop { 2e-6 } else { 1e-8 };
             b.check(&format!("{name}: out"), tol, out, ffn);
             b.check(&format!("{name}: act"), 1e-12, act, ffn);
-            let before = b.gpu.stats().dispatches;
-            ffn(&mut b.gpu, true).unwrap();
-            b.gpu.synchronize().unwrap();
-            assert_eq!(b.gpu.stats().dispatches - before, 2, "{name}");
+            assert_eq!(gpu_dispatches(&mut b, ffn), 2, "{name}");
         }
     }
     b.assert_passed(seed);
-    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let used = kernels_run(&b);
     let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
     assert_eq!(
         (ran("GluHalf"), ran("HalfBlocks")),
@@ -1044,13 +1055,7 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
 /// the last token; every output against the CPU.
 #[test]
 fn f32_mode_matmuls_of_one_input() {
-    let seed = seed();
-    let opts = GpuOptions {
-        quantize_activations: false,
-        profile: true,
-        ..GpuOptions::default()
-    };
-    let mut b = Bench::new(seed, opts);
+    let (seed, mut b) = f32_mode_profiled_bench();
     let repacked = [GgmlType::Q4_0, GgmlType::Q8_0];
     let coop = b.gpu.features().coop != 0;
     // Where there are cooperative matrices, also Q, K and V too many wide
@@ -1101,7 +1106,7 @@ fn f32_mode_matmuls_of_one_input() {
         }
     }
     b.assert_passed(seed);
-    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let used = kernels_run(&b);
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         let multi = used.iter().any(|k| {
             k.starts_with(&format!("MatMulCoop {{ t: {t:?},")) && k.ends_with("multi: true }")
@@ -1344,13 +1349,7 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
 /// the CPU reference.
 #[test]
 fn f32_mode_prefill_attention() {
-    let seed = seed();
-    let opts = GpuOptions {
-        quantize_activations: false,
-        profile: true,
-        ..GpuOptions::default()
-    };
-    let mut b = Bench::new(seed, opts);
+    let (seed, mut b) = f32_mode_profiled_bench();
     let (ctx, slots) = (90usize, 3usize);
     // 45 rows of slot 1 from position 0; rows alternating between slot 0
     // (positions 30..) and slot 2 (positions 0..); the cache's last rows
@@ -1427,7 +1426,7 @@ fn f32_mode_prefill_attention() {
         });
     }
     b.assert_passed(seed);
-    let used: Vec<String> = b.gpu.op_times().into_iter().map(|t| t.kernel).collect();
+    let used = kernels_run(&b);
     let count = |name: &str| used.iter().filter(|k| k.starts_with(name)).count();
     // Distinct kernels: on cooperative matrices 2 head sizes × 2 head
     // counts, the quads for the rest (F32 caches, heads of 256).
