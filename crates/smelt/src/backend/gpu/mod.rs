@@ -400,34 +400,29 @@ impl GpuBackend {
         let half = half.reshape(x.rows, x.cols);
         let key = Some((x.id, x.rows, x.cols, Held::Half));
         if self.acts_of != key {
-            let n = x.n_elements();
-            let groups = n.div_ceil(2 * 256) as u64;
+            // The op held back whose output x is writes both, if it can.
             let f = self.ctx.features;
-            match self.pending {
-                // The GLU or add and norm held back whose output x is
-                // writes both.
-                Some(Pending::Glu { op, gate, up, out }) if out == x => {
+            let fused = self
+                .pending
+                .filter(|p| p.out() == x)
+                .and_then(|p| p.half_dispatch(half, f));
+            let (kernel, params, bound, groups) = match fused {
+                Some(call) => {
                     self.pending = None;
-                    let p = [n, n, 0, x.cols].map(|v| P::U(v as u32));
-                    self.run(
-                        Kernel::GluHalf(op),
-                        params(&p),
-                        &[gate, out, up, half],
-                        groups,
-                    )?;
+                    call
                 }
-                Some(p @ Pending::AddNorm { out, .. })
-                    if out == x && Kernel::AddRmsNormHalf.builds_with(f) =>
-                {
-                    self.pending = None;
-                    let (kernel, params, bound, groups) = pending::add_norm_call(p, Some(half));
-                    self.run(kernel, params, &bound, groups)?;
+                None => {
+                    let n = x.n_elements();
+                    let p = params(&[P::U(n as u32), P::U(x.cols as u32)]);
+                    (
+                        Kernel::HalfBlocks,
+                        p,
+                        vec![x, half],
+                        n.div_ceil(2 * 256) as u64,
+                    )
                 }
-                _ => {
-                    let p = [P::U(n as u32), P::U(x.cols as u32)];
-                    self.run(Kernel::HalfBlocks, params(&p), &[x, half], groups)?;
-                }
-            }
+            };
+            self.run(kernel, params, &bound, groups)?;
             self.acts_of = key;
         }
         Ok(half)

@@ -254,17 +254,8 @@ impl Backend for GpuBackend {
     }
 
     fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
-        if let Some((first, tile)) = self.multi_coop(ws, x, outs) {
-            for (&w, &out) in ws.iter().zip(outs) {
-                self.require(Op::MatMul, w.dtype)?;
-                contract::matmul(w, x, out)?;
-            }
-            for (&w, &out) in ws[..first].iter().zip(outs) {
-                self.matmul(w, x, out)?;
-            }
-            return self.matmuls_coop(&ws[first..], x, &outs[first..], tile);
-        }
-        if !self.multi_matvec(ws, x, outs) {
+        let coop = self.multi_coop(ws, x, outs);
+        if coop.is_none() && !self.multi_matvec(ws, x, outs) {
             for (&w, &out) in ws.iter().zip(outs) {
                 self.matmul(w, x, out)?;
             }
@@ -273,6 +264,13 @@ impl Backend for GpuBackend {
         for (&w, &out) in ws.iter().zip(outs) {
             self.require(Op::MatMul, w.dtype)?;
             contract::matmul(w, x, out)?;
+        }
+        // Prefill: the weights before `first` alone (none is split).
+        if let Some((first, tile)) = coop {
+            for (&w, &out) in ws[..first].iter().zip(outs) {
+                self.matmul_cols(w, x, out, 0)?;
+            }
+            return self.matmuls_coop(&ws[first..], x, &outs[first..], tile);
         }
         let gate_up = match (ws, outs) {
             ([w0, w1], [o0, o1]) if w0.rows == w1.rows && w0.rows.is_multiple_of(32) => {
@@ -498,9 +496,11 @@ impl GpuBackend {
             && f.coop != 0
             && x.cols.is_multiple_of(32)
             && self.multi_repacked(ws, x, outs);
+        if !fits {
+            return None;
+        }
         let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
-        fits.then(|| CoopTile::group(f.coop, &rows, x.rows, self.ctx.coop_huge))
-            .flatten()
+        CoopTile::group(f.coop, &rows, x.rows, self.ctx.coop_huge)
     }
 
     /// 2 or 3 repacked weights of one type and width, none split, and

@@ -21,7 +21,7 @@
 use crate::backend::{Result, RopeMode, RopeParams, Tensor};
 use crate::quant::GgmlType;
 
-use super::pipelines::{Elementwise, Kernel, WG_ROW};
+use super::pipelines::{Elementwise, Kernel, ShaderFeatures, WG_ROW};
 
 /// The longest row the mat-vecs take their norm into (matvec_blocks.wgsl's
 /// NORM_BLOCKS blocks of 32).
@@ -441,20 +441,13 @@ fn set_rows_call(
     }
 }
 
-/// A held-back add and norm (`Pending::AddNorm`), with `half` (the next
-/// matmul's f16 blocks) written too (`AddRmsNormHalf`).
-pub(super) fn add_norm_call(p: Pending, half: Option<Tensor>) -> Call {
-    let Pending::AddNorm {
-        a,
-        b,
-        sum,
-        w,
-        eps,
-        out,
-    } = p
-    else {
-        unreachable!("add_norm_call takes a Pending::AddNorm");
-    };
+/// A residual add and the rms_norm of its sum (`Pending::AddNorm`:
+/// a, b, sum, the norm's weight, eps, out), with `half` (the next matmul's
+/// f16 blocks) written too (`AddRmsNormHalf`).
+fn add_norm_call(
+    (a, b, sum, w, eps, out): (Tensor, Tensor, Tensor, Tensor, f32, Tensor),
+    half: Option<Tensor>,
+) -> Call {
     let params = params(&[P::U(out.rows as u32), P::U(out.cols as u32), P::F(eps)]);
     let mut bound = vec![a, out, w, b, sum];
     bound.extend(half);
@@ -502,6 +495,38 @@ impl Pending {
                 ..
             }
         )
+    }
+
+    /// The dispatch of the op that also writes its output as `HalfBlocks`
+    /// does, into `half`, for the next matmul on cooperative matrices
+    /// (`GpuBackend::half_input`): a GLU (`GluHalf`) or an add and norm
+    /// (`AddRmsNormHalf`, with fast math); None for any other op.
+    pub(super) fn half_dispatch(&self, half: Tensor, f: ShaderFeatures) -> Option<Call> {
+        match *self {
+            Pending::Glu { op, gate, up, out } => {
+                // One invocation per word of 2 values.
+                let n = out.n_elements();
+                let p = [n, n, 0, out.cols].map(|v| P::U(v as u32));
+                let groups = n.div_ceil(2 * 256) as u64;
+                Some((
+                    Kernel::GluHalf(op),
+                    params(&p),
+                    vec![gate, out, up, half],
+                    groups,
+                ))
+            }
+            Pending::AddNorm {
+                a,
+                b,
+                sum,
+                w,
+                eps,
+                out,
+            } if Kernel::AddRmsNormHalf.builds_with(f) => {
+                Some(add_norm_call((a, b, sum, w, eps, out), Some(half)))
+            }
+            _ => None,
+        }
     }
 
     /// The kernel, parameters, bindings and workgroups of the op alone,
@@ -609,7 +634,14 @@ impl Pending {
                     n.div_ceil(256) as u64,
                 )
             }
-            Pending::AddNorm { .. } => add_norm_call(*self, None),
+            Pending::AddNorm {
+                a,
+                b,
+                sum,
+                w,
+                eps,
+                out,
+            } => add_norm_call((a, b, sum, w, eps, out), None),
             Pending::Glu { op, gate, up, out } => {
                 let n = gate.n_elements();
                 let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);

@@ -101,6 +101,11 @@ fn block_pair(g: u32, cols: u32, rows: u32) -> u32 {
     return t * cols + 32u * b + 2u * w;
 }
 
+// The inverse: the word holding element (t, c) of the matrix, c even.
+fn block_word(t: u32, c: u32, rows: u32) -> u32 {
+    return ((c / 32u) * rows + t) * 16u + (c % 32u) / 2u;
+}
+
 // Two f16 values packed in a u32 word, as f32. (Not through
 // bitcast<vec2<f16>>: naga 30's WGSL front end types that as a scalar.)
 fn h2(w: u32) -> vec2<f32> {

@@ -97,7 +97,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let v = vec2<f32>(normed(b, c, hs), normed(b, c + 1u, hs));
         out[b + c] = v.x;
         out[b + c + 1u] = v.y;
-        halves[((c / 32u) * pu(0) + r) * 16u + (c % 32u) / 2u] = pack_f16(v.x, v.y);
+        halves[block_word(r, c, pu(0))] = pack_f16(v.x, v.y);
     }
     return;
 #endif
