@@ -716,10 +716,11 @@ fn decode_matvec_f32_acts_with_adapter_features() {
 /// sums; tiles of 32 tokens below 96, of 128 from there, of 128 rows × 256
 /// tokens from 8192 rows and 256 tokens: all here), the tiled f32 kernel
 /// elsewhere. Shapes off the tile sizes in rows and tokens, k over several
-/// steps of 32.
+/// steps of 32. Every shape against the CPU, and which kernels ran: each
+/// tile for every type.
 #[test]
 fn prefill_matmul_f32_acts_with_adapter_features() {
-    let (seed, mut b) = f32_mode_bench();
+    let (seed, mut b) = f32_mode_profiled_bench();
     let coop = b.gpu.features().coop;
     println!(
         "seed {seed}, adapter {}, cooperative matrices {coop}",
@@ -753,6 +754,31 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
     }
     b.assert_passed(seed);
     println!("{} prefill cases passed", b.cases);
+    let used = kernels_run(&b);
+    let huge = b.gpu.coop_huge();
+    for t in WEIGHT_TYPES {
+        let ran = |label: String| used.contains(&label);
+        if coop == 0 {
+            assert!(
+                ran(format!("MatMul({t:?})")),
+                "seed {seed}: {t}: kernels run: {used:?}"
+            );
+            continue;
+        }
+        for (tile, want) in [
+            ("Short", true),
+            ("Slim", true),
+            ("Wide", true),
+            ("Huge", huge),
+        ] {
+            let label = format!("MatMulCoop {{ t: {t:?}, tile: {tile}, multi: false }}");
+            assert_eq!(
+                ran(label),
+                want,
+                "seed {seed}: {t} {tile}: kernels run: {used:?}"
+            );
+        }
+    }
 }
 
 /// The f32-activation mode fuses a residual add with the rms_norm of its

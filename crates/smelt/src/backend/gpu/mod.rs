@@ -131,6 +131,12 @@ impl GpuBackend {
         self.ctx.features
     }
 
+    /// Whether the adapter holds the cooperative-matrix GEMM's huge tiles
+    /// (128 rows × 256 tokens), which large prefill matmuls then take.
+    pub fn coop_huge(&self) -> bool {
+        self.ctx.coop_huge
+    }
+
     /// Whether weights are written straight into mapped device memory.
     pub fn zero_copy(&self) -> bool {
         self.ctx.zero_copy
