@@ -52,17 +52,10 @@ pub(super) enum Pending {
     /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
     /// next takes it in (`AddRmsNorm`).
     Add { a: Tensor, b: Tensor, out: Tensor },
-    /// `sum = a + b`, then `rms_norm(sum, w, eps, out)` (`AddRmsNorm`): a
-    /// matmul on cooperative matrices next has it write its f16 blocks
-    /// too (`AddRmsNormHalf`, in `GpuBackend::half_input`).
-    AddNorm {
-        a: Tensor,
-        b: Tensor,
-        sum: Tensor,
-        w: Tensor,
-        eps: f32,
-        out: Tensor,
-    },
+    /// A residual add and the rms_norm of its sum (`AddRmsNorm`): a matmul
+    /// on cooperative matrices next has it write its f16 blocks too
+    /// (`AddRmsNormHalf`, in `GpuBackend::half_input`).
+    AddNorm(AddNorm),
     /// A rope: a rope at the same positions and with the same frequencies
     /// next (K after Q) joins it in one dispatch.
     Rope {
@@ -441,21 +434,31 @@ fn set_rows_call(
     }
 }
 
-/// A residual add and the rms_norm of its sum (`Pending::AddNorm`:
-/// a, b, sum, the norm's weight, eps, out), with `half` (the next matmul's
-/// f16 blocks) written too (`AddRmsNormHalf`).
-fn add_norm_call(
-    (a, b, sum, w, eps, out): (Tensor, Tensor, Tensor, Tensor, f32, Tensor),
-    half: Option<Tensor>,
-) -> Call {
-    let params = params(&[P::U(out.rows as u32), P::U(out.cols as u32), P::F(eps)]);
-    let mut bound = vec![a, out, w, b, sum];
-    bound.extend(half);
-    let kernel = match half {
-        None => Kernel::AddRmsNorm,
-        Some(_) => Kernel::AddRmsNormHalf,
-    };
-    (kernel, params, bound, out.rows as u64)
+/// `sum = a + b`, then `rms_norm(sum, w, eps, out)` (`Pending::AddNorm`).
+#[derive(Clone, Copy)]
+pub(super) struct AddNorm {
+    a: Tensor,
+    b: Tensor,
+    sum: Tensor,
+    w: Tensor,
+    eps: f32,
+    out: Tensor,
+}
+
+impl AddNorm {
+    /// Its dispatch, with `half` (the next matmul's f16 blocks) written
+    /// too (`AddRmsNormHalf`).
+    fn call(self, half: Option<Tensor>) -> Call {
+        let out = self.out;
+        let params = params(&[P::U(out.rows as u32), P::U(out.cols as u32), P::F(self.eps)]);
+        let mut bound = vec![self.a, out, self.w, self.b, self.sum];
+        bound.extend(half);
+        let kernel = match half {
+            None => Kernel::AddRmsNorm,
+            Some(_) => Kernel::AddRmsNormHalf,
+        };
+        (kernel, params, bound, out.rows as u64)
+    }
 }
 
 impl Pending {
@@ -464,7 +467,7 @@ impl Pending {
             Pending::Norm { out, .. }
             | Pending::Glu { out, .. }
             | Pending::Add { out, .. }
-            | Pending::AddNorm { out, .. }
+            | Pending::AddNorm(AddNorm { out, .. })
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
@@ -506,24 +509,16 @@ impl Pending {
             Pending::Glu { op, gate, up, out } => {
                 // One invocation per word of 2 values.
                 let n = out.n_elements();
-                let p = [n, n, 0, out.cols].map(|v| P::U(v as u32));
-                let groups = n.div_ceil(2 * 256) as u64;
+                let (len, cols) = (P::U(n as u32), P::U(out.cols as u32));
                 Some((
                     Kernel::GluHalf(op),
-                    params(&p),
+                    params(&[len, len, P::F(0.0), cols]),
                     vec![gate, out, up, half],
-                    groups,
+                    n.div_ceil(2 * 256) as u64,
                 ))
             }
-            Pending::AddNorm {
-                a,
-                b,
-                sum,
-                w,
-                eps,
-                out,
-            } if Kernel::AddRmsNormHalf.builds_with(f) => {
-                Some(add_norm_call((a, b, sum, w, eps, out), Some(half)))
+            Pending::AddNorm(n) if Kernel::AddRmsNormHalf.builds_with(f) => {
+                Some(n.call(Some(half)))
             }
             _ => None,
         }
@@ -634,14 +629,7 @@ impl Pending {
                     n.div_ceil(256) as u64,
                 )
             }
-            Pending::AddNorm {
-                a,
-                b,
-                sum,
-                w,
-                eps,
-                out,
-            } => add_norm_call((a, b, sum, w, eps, out), None),
+            Pending::AddNorm(n) => n.call(None),
             Pending::Glu { op, gate, up, out } => {
                 let n = gate.n_elements();
                 let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
@@ -914,14 +902,14 @@ impl GpuBackend {
             return Ok(false);
         }
         self.acts_of = None;
-        self.pending = Some(Pending::AddNorm {
+        self.pending = Some(Pending::AddNorm(AddNorm {
             a,
             b,
             sum,
             w,
             eps,
             out,
-        });
+        }));
         Ok(true)
     }
 

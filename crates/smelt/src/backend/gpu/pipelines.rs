@@ -300,9 +300,7 @@ impl CoopTile {
         if huge && m >= COOP_HUGE_MIN_ROWS && n >= COOP_HUGE_MIN_TOKENS {
             return CoopTile::Huge;
         }
-        let c = CoopShape::of(fs, CoopTile::Wide);
-        let (tm, tn) = c.tile(fs);
-        if m.div_ceil(tm) * n.div_ceil(tn) < COOP_FEW_TILES {
+        if CoopTile::Wide.count(fs, m, n) < COOP_FEW_TILES {
             CoopTile::Slim
         } else {
             CoopTile::Wide
@@ -320,13 +318,18 @@ impl CoopTile {
     /// long, 17.2 µs, as Q on its own 256 and K and V on slim tiles).
     pub fn group(fs: u32, rows: &[usize], n: usize, huge: bool) -> Option<(usize, CoopTile)> {
         let pick = |rows: &[usize]| CoopTile::pick(fs, rows.iter().sum(), n, huge);
-        let (tm, tn) = CoopShape::of(fs, CoopTile::Wide).tile(fs);
-        let wide: usize = rows.iter().map(|m| m.div_ceil(tm) * n.div_ceil(tn)).sum();
+        let wide: usize = rows.iter().map(|&m| CoopTile::Wide.count(fs, m, n)).sum();
         let (first, tile) = match pick(rows) {
             CoopTile::Wide if rows.len() == 3 && wide > 2 * COOP_FEW_TILES => (1, pick(&rows[1..])),
             tile => (0, tile),
         };
         (tile != CoopTile::Huge).then_some((first, tile))
+    }
+
+    /// How many of these tiles an (m rows) × (n tokens) output takes.
+    fn count(self, fs: u32, m: usize, n: usize) -> usize {
+        let (tm, tn) = CoopShape::of(fs, self).tile(fs);
+        m.div_ceil(tm) * n.div_ceil(tn)
     }
 }
 
