@@ -19,8 +19,9 @@
 // 2. Each row's maximum in the block. A fragment cannot be scaled one row
 //    at a time, so p is taken against a maximum m that is only moved when
 //    some row's grows past it by more than GROW: then every output
-//    fragment is rescaled through workgroup memory (the first block, then
-//    rarely; any head's row moves every head's maximum).
+//    fragment is rescaled through workgroup memory (rarely: not in the
+//    first block, whose outputs are still zero; any head's row moves every
+//    head's maximum).
 //    So p = exp(score - m) ≤ e^GROW, which f16 holds.
 // 3. p rounded to f16 through workgroup memory, the row sums l in
 //    registers, then O += P·V.
@@ -71,7 +72,7 @@ var<workgroup> st: array<{{LT}}, ST_HALVES / V>;
 var<workgroup> ss: array<f32, SQ * FS * FS>;   // per head: a block's scores (keys × rows), then an output fragment
 var<workgroup> ps: array<f16, SQ * FS * FS>;   // per head: a block's p
 var<workgroup> span: vec2<u32>;                // the first and last cache row seen
-var<workgroup> grow: u32;                      // whether a row's maximum grew by more than GROW
+var<workgroup> grow: u32;                      // whether a row's maximum grew by more than GROW (2: in the first block)
 
 // How far a row's maximum may grow past the one its p are taken against:
 // p ≤ e^GROW (f16 holds it).
@@ -236,18 +237,22 @@ fn main(
         for (var o = 1u; o < LPR; o <<= 1u) {
             mb = max(mb, subgroupShuffleXor(mb, o));
         }
+        // 2 in the first block, whose outputs are still zero.
         if (mb > m + GROW) {
-            grow = 1u;
+            grow = select(1u, 2u, c0 == all.x);
         }
         // A row whose maximum grew by more than GROW: every row takes its
         // new maximum and the outputs are rescaled through workgroup
-        // memory (the first block, then rarely).
-        if (workgroupUniformLoad(&grow) != 0u) {
+        // memory (rarely after the first block).
+        let grew = workgroupUniformLoad(&grow);
+        if (grew != 0u) {
             let m_new = max(m, mb);
             let corr = exp(m - m_new);
             m = m_new;
             l *= corr;
+            if (grew == 1u) {
 {{O_RESCALE}}
+            }
         }
         for (var e = 0u; e < KPL; e++) {
             var p = 0.0;

@@ -15,15 +15,19 @@
 // a run of their own, and the loads took ~10% longer).
 //
 // Per step of TK = 32 along k, the workgroup decodes the weight tile
-// from its GGUF blocks (`de8`, 8 values per call) and widens the
-// activations' words, both into workgroup memory as [row or token][k] with
-// LDS halves per row, stored V halves at a time; each subgroup then loads
-// its fragments from there and multiplies. The next step's activation
-// words and the words of its weight blocks (`ld8`: decoded when staged,
-// which holds fewer registers than the values and waits on no load) are
-// read into registers before this step's multiplies, so their loads are in
-// flight meanwhile. (Widening f16 pairs to f32 and rounding them back is
-// exact; WGSL has no bitcast of a word to two f16 that naga 30 accepts.)
+// from its GGUF blocks (`de8`, 8 values per call; for Q4_0 `de8h`, in f16
+// arithmetic, which took the H200's 8b GEMMs from 91 to 82 µs a token)
+// and widens the activations' words, both into workgroup memory as [row
+// or token][k] with LDS halves per row, stored V halves at a time; each
+// subgroup then loads its fragments from there and multiplies. The next
+// step's activation words and the words of its weight blocks (`ld8`:
+// decoded when staged, which holds fewer registers than the values and
+// waits on no load) are read into registers before this step's
+// multiplies, so their loads are in flight meanwhile. (Widening f16 pairs
+// to f32 and rounding them back is exact; WGSL has no bitcast of a word to
+// two f16 that naga 30 accepts, and `x` bound as f16, as
+// `array<vec4<f16>>` or as a 16-byte struct of two, made the GEMMs ~25%
+// slower on the H200.)
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
@@ -77,22 +81,22 @@ var<workgroup> xs: array<{{LT}}, TN * LDS / V>; // tokens × k
 var<workgroup> cs: array<f32, SR * ST * FS * FS>; // one accumulator per subgroup
 
 // Stores 4 values at half h (a multiple of 4) of a staged tile.
-fn put_w(h: u32, v: vec4<f32>) {
+fn put_w(h: u32, v: vec4<f16>) {
 #ifdef LV4
-    ws[h / 4u] = vec4<f16>(v);
+    ws[h / 4u] = v;
 #else
     for (var e = 0u; e < 4u; e++) {
-        ws[h + e] = f16(v[e]);
+        ws[h + e] = v[e];
     }
 #endif
 }
 
-fn put_x(h: u32, v: vec4<f32>) {
+fn put_x(h: u32, v: vec4<f16>) {
 #ifdef LV4
-    xs[h / 4u] = vec4<f16>(v);
+    xs[h / 4u] = v;
 #else
     for (var e = 0u; e < 4u; e++) {
-        xs[h + e] = f16(v[e]);
+        xs[h + e] = v[e];
     }
 #endif
 }
@@ -124,16 +128,22 @@ fn stage(lid: u32, s: Step) {
     for (var c = 0u; c < NW; c++) {
         let i = lid + c * WG;
         let h = (i / (TK / 8u)) * LDS + 8u * (i % (TK / 8u));
-        let v = de8(s.w[c], i % (TK / 8u));
+#ifdef HALF_DECODE
+        let v = de8h(s.w[c], i % (TK / 8u));
         put_w(h, v.a);
         put_w(h + 4u, v.b);
+#else
+        let v = de8(s.w[c], i % (TK / 8u));
+        put_w(h, vec4<f16>(v.a));
+        put_w(h + 4u, vec4<f16>(v.b));
+#endif
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
         let h = (i / (TK / 8u)) * LDS + 8u * (i % (TK / 8u));
         let q = s.x[c];
-        put_x(h, vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y)));
-        put_x(h + 4u, vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w)));
+        put_x(h, vec4<f16>(vec4<f32>(unpack2x16float(q.x), unpack2x16float(q.y))));
+        put_x(h + 4u, vec4<f16>(vec4<f32>(unpack2x16float(q.z), unpack2x16float(q.w))));
     }
 }
 

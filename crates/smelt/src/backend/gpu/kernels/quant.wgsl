@@ -13,7 +13,8 @@
 //   dq1(rb, k): value k of that row;
 //   ld8(rb, i) and de8(r, i): dq8 split into reading the words (an R8)
 //   and decoding them, for a prefetch (REPACKED types; the others read
-//   and decode in ld8).
+//   and decode in ld8); with HALF_DECODE (Q4_0 only) also de8h(r, i), the
+//   same values as f16.
 // PLAIN is defined for F32 and F16, whose rows may have any length; the
 // block types always hold whole groups of 8. With WQ_F16 (F16 weights on an
 // adapter with shader-f16) `wq` is `array<f16>` and read natively; with
@@ -183,6 +184,27 @@ fn ld8(rb: u32, i: u32) -> R8 {
     let base = 36u * (b / 8u);
     return sb_words(base + 4u * (b % 8u) + ((i % 4u) % 2u) * 2u, base, 32u, b);
 }
+
+#ifdef HALF_DECODE
+// de8 in f16 arithmetic, for a kernel that stores f16 (matmul_coop.wgsl):
+// the nibbles of a word as 4 bytes, widened straight to f16, then one fma,
+// q · d − 8d. That rounds (q − 8) · d once, exactly as rounding de8's f32
+// product (exact: 4 bits × 11) to f16 does, in fewer instructions.
+struct H8 {
+    a: vec4<f16>,
+    b: vec4<f16>,
+}
+
+fn de8h(r: R8, i: u32) -> H8 {
+    let d = f16(sb_scale(r));
+    let sh = select(4u, 0u, (i % 4u) < 2u);
+    let q0 = vec4<f16>(unpack4xU8((r.q0 >> sh) & 0x0f0f0f0fu));
+    let q1 = vec4<f16>(unpack4xU8((r.q1 >> sh) & 0x0f0f0f0fu));
+    let dv = vec4<f16>(d);
+    let o = vec4<f16>(-8.0h * d);
+    return H8(fma(q0, dv, o), fma(q1, dv, o));
+}
+#endif
 
 fn de8(r: R8, i: u32) -> V8 {
     let d = sb_scale(r);
