@@ -729,15 +729,20 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
     // f16 operands: each product carries two roundings of 2^-11.
     let tol = if coop != 0 { 2e-6 } else { 1e-8 };
     for t in WEIGHT_TYPES {
-        let k = if t.block_size() == 256 { 512 } else { 160 };
+        let k0 = if t.block_size() == 256 { 512 } else { 160 };
         // Short tiles (n < 96), slim ones (few tiles) and, where the
-        // adapter has cooperative matrices, wide ones (132 tiles or more)
-        // and huge ones.
-        let mut shapes = vec![(130usize, 70usize), (64, 64), (67, 5), (200, 129)];
+        // adapter has cooperative matrices, wide ones (132 tiles or more),
+        // huge ones, and huge ones split along a long k.
+        let mut shapes = vec![
+            (130usize, 70usize, k0),
+            (64, 64, k0),
+            (67, 5, k0),
+            (200, 129, k0),
+        ];
         if coop != 0 {
-            shapes.extend([(4200, 129), (8200, 260)]);
+            shapes.extend([(4200, 129, k0), (8200, 260, k0), (2900, 260, 2048)]);
         }
-        for (m, n) in shapes {
+        for (m, n, k) in shapes {
             let w = b.weight(t, m, k);
             let x = b.f32s(n, k, 1.0);
             let out = b.output(F32, n, m);
@@ -770,6 +775,7 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
             ("Slim", true),
             ("Wide", true),
             ("Huge", huge),
+            ("HugeSplit", huge),
         ] {
             let label = format!("MatMulCoop {{ t: {t:?}, tile: {tile}, multi: false }}");
             assert_eq!(

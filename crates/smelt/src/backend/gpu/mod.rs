@@ -57,6 +57,8 @@ pub struct GpuBackend {
     /// An op not yet dispatched, for the next to join (`Pending`); anything
     /// else dispatches it as it is first.
     pending: Option<Pending>,
+    /// The split matmul's scratch (`split_sums`).
+    split_sums: Option<Tensor>,
 }
 
 /// A matmul's activations, rounded as ggml rounds them (`quantize.wgsl`).
@@ -118,6 +120,7 @@ impl GpuBackend {
             acts: Acts::default(),
             acts_of: None,
             pending: None,
+            split_sums: None,
         })
     }
 
@@ -374,6 +377,19 @@ impl GpuBackend {
 
     /// Makes `acts` hold at least `n` values (a new, empty set if it held
     /// fewer); its capacity.
+    /// A `1 × n` F32 scratch for a split matmul's second half
+    /// (`CoopTile::HugeSplit`), grown when a larger one is asked for.
+    fn split_sums(&mut self, n: usize) -> Result<Tensor> {
+        match self.split_sums {
+            Some(t) if t.n_elements() >= n => Ok(t.reshape(1, n)),
+            _ => {
+                let t = self.alloc_tensor(GgmlType::F32, 1, n)?;
+                self.split_sums = Some(t);
+                Ok(t)
+            }
+        }
+    }
+
     fn grow_acts(&mut self, n: usize) -> usize {
         let n = n.max(32);
         if self.acts.capacity < n {

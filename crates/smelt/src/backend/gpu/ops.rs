@@ -614,20 +614,38 @@ impl GpuBackend {
                 )
             }
             MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
-                let tile = CoopTile::pick(self.ctx.features.coop, m, n, self.ctx.coop_huge);
+                let (fs, huge) = (self.ctx.features.coop, self.ctx.coop_huge);
+                let mut tile = CoopTile::pick(fs, m, n, huge);
+                if o0 == 0 && ldo == m && k.is_multiple_of(64) {
+                    tile = tile.split(fs, m, n, k, huge);
+                }
                 let (tm, tn) = self.ctx.features.coop_tile(tile);
                 let tiles_m = m.div_ceil(tm);
+                let parts = tile.parts();
                 let x = self.half_input(x)?;
-                self.run(
-                    Kernel::MatMulCoop {
-                        t: w.dtype,
-                        tile,
-                        multi: false,
-                    },
-                    params(&[u(m), u(k), u(n), u(row_bytes), u(tiles_m), u(ldo), u(o0)]),
-                    &[w, x, out],
-                    (tiles_m * n.div_ceil(tn)) as u64,
-                )
+                let p = params(&[
+                    u(m),
+                    u(k),
+                    u(n),
+                    u(row_bytes),
+                    u(tiles_m),
+                    u(ldo),
+                    u(o0),
+                    u(k / parts),
+                ]);
+                let kernel = Kernel::MatMulCoop {
+                    t: w.dtype,
+                    tile,
+                    multi: false,
+                };
+                let groups = (tiles_m * n.div_ceil(tn) * parts) as u64;
+                if parts == 1 {
+                    return self.run(kernel, p, &[w, x, out], groups);
+                }
+                // The second half's sums, then added to the first's.
+                let sums = self.split_sums(n * m)?.reshape(n, m);
+                self.run(kernel, p, &[w, x, out, sums], groups)?;
+                self.elementwise(Elementwise::Add, out, Some(sums), 0.0, out)
             }
             MatIn::F32(x) => {
                 let tiles_m = m.div_ceil(64);

@@ -269,6 +269,11 @@ pub enum CoopTile {
     /// tokens (the FFN's gate and up), where the adapter's workgroup
     /// memory holds it (`coop_tile_fits`).
     Huge,
+    /// Huge tiles with k in two halves, a workgroup per tile and half: a
+    /// matmul of wide tiles with a long k but too few huge tiles to fill
+    /// the GPU (8b's Q, O and down), the second half's sums added after
+    /// (`CoopTile::split`).
+    HugeSplit,
 }
 
 /// Prefill of this many tokens or more takes the tiles of 128 tokens.
@@ -282,13 +287,17 @@ const COOP_HUGE_MIN_TOKENS: usize = 256;
 /// workgroup per multiprocessor of the large GPUs measured (132 on the
 /// H100 and H200).
 const COOP_FEW_TILES: usize = 132;
+/// A k this long or longer may be split in two (`CoopTile::split`), each
+/// half a multiple of 32.
+const COOP_SPLIT_MIN_K: usize = 2048;
 
 impl CoopTile {
-    pub const ALL: [CoopTile; 4] = [
+    pub const ALL: [CoopTile; 5] = [
         CoopTile::Wide,
         CoopTile::Slim,
         CoopTile::Short,
         CoopTile::Huge,
+        CoopTile::HugeSplit,
     ];
 
     /// The tile for an (m rows) × (n tokens) output, with fragments of fs;
@@ -305,6 +314,29 @@ impl CoopTile {
         } else {
             CoopTile::Wide
         }
+    }
+
+    /// The tile of `pick` for a matmul along k, with its output as one
+    /// run (no column offset or stride): wide tiles become split huge
+    /// ones where the adapter holds them, k is long and the huge tiles
+    /// would be fewer than the multiprocessors.
+    pub fn split(self, fs: u32, m: usize, n: usize, k: usize, huge: bool) -> CoopTile {
+        let few = CoopTile::Huge.count(fs, m, n) < COOP_FEW_TILES;
+        if self == CoopTile::Wide
+            && huge
+            && few
+            && k >= COOP_SPLIT_MIN_K
+            && n >= COOP_HUGE_MIN_TOKENS
+        {
+            CoopTile::HugeSplit
+        } else {
+            self
+        }
+    }
+
+    /// How many parts k is split into.
+    pub fn parts(self) -> usize {
+        if self == CoopTile::HugeSplit { 2 } else { 1 }
     }
 
     /// How matmuls of one input (`Backend::matmuls`, weights of `rows`)
@@ -370,7 +402,7 @@ impl CoopShape {
             (_, CoopTile::Wide) => (2, 4, 2, 2),
             (_, CoopTile::Slim) => (1, 4, 2, 2),
             (_, CoopTile::Short) => (4, 1, 2, 2),
-            (_, CoopTile::Huge) => (4, 4, 2, 4),
+            (_, CoopTile::Huge | CoopTile::HugeSplit) => (4, 4, 2, 4),
         };
         CoopShape { sr, st, fm, fn_ }
     }
@@ -476,7 +508,7 @@ fn attention_coop_code(fs: u32, hd: u32) -> [(&'static str, String); 6] {
 pub fn coop_fits(fs: u32, limits: &wgpu::Limits) -> bool {
     CoopTile::ALL
         .into_iter()
-        .filter(|&tile| tile != CoopTile::Huge)
+        .filter(|&tile| !matches!(tile, CoopTile::Huge | CoopTile::HugeSplit))
         .all(|tile| coop_tile_fits(fs, tile, limits))
 }
 
@@ -519,8 +551,19 @@ impl Kernel {
         let mut v = Vec::new();
         for t in WEIGHT_TYPES {
             v.extend([Kernel::GetRows(t), Kernel::MatVec(t), Kernel::MatMul(t)]);
-            for multi in [false, true] {
-                v.extend(CoopTile::ALL.map(|tile| Kernel::MatMulCoop { t, tile, multi }));
+            for tile in CoopTile::ALL {
+                v.push(Kernel::MatMulCoop {
+                    t,
+                    tile,
+                    multi: false,
+                });
+                if tile != CoopTile::HugeSplit {
+                    v.push(Kernel::MatMulCoop {
+                        t,
+                        tile,
+                        multi: true,
+                    });
+                }
             }
         }
         for t in Q8_WEIGHT_TYPES {
@@ -629,6 +672,11 @@ impl Kernel {
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
+            // Split: the second half's sums.
+            Kernel::MatMulCoop {
+                tile: CoopTile::HugeSplit,
+                ..
+            } => &[R, R, RW, RW],
             Kernel::MatVec(_) | Kernel::MatMulCoop { multi: false, .. } => &[R, R, RW],
             // With MULTI, the other weights and outputs after them.
             Kernel::MatMulCoop { multi: true, .. } => &[R, R, RW, R, RW, R, RW],
@@ -770,6 +818,9 @@ impl Kernel {
                 type_defines(t, &mut def);
                 if multi {
                     def("MULTI");
+                }
+                if tile == CoopTile::HugeSplit {
+                    def("SPLIT");
                 }
                 let c = CoopShape::of(f.coop, tile);
                 defines.push(("FS", f.coop.to_string()));

@@ -39,6 +39,11 @@
 // Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
 // (m, or more when w is a part of a split weight), 6 out's first column.
 //
+// SPLIT (huge tiles of a matmul whose tiles are too few): k in two
+// halves of `pu(7)` each, the first half's workgroups (`part` 0) writing
+// `out` as above, the second's their sums to `sums1` (n, m), which the host
+// then adds to `out`.
+//
 // MULTI (repacked types): up to 3 weights of one input in one dispatch
 // (`Backend::matmuls`: Q, K, V; gate, up), their tiles along m one after
 // the other, so the small K and V projections fill the GPU together with
@@ -48,6 +53,9 @@
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (n, m)
+#ifdef SPLIT
+@group(0) @binding(4) var<storage, read_write> sums1: array<f32>; // (n, m)
+#endif
 #ifdef MULTI
 @group(0) @binding(4) var<storage, read> wq1: array<{{WQ}}>;       // (m1, k)
 @group(0) @binding(5) var<storage, read_write> out1: array<f32>; // (n, m1)
@@ -55,7 +63,7 @@
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>; // (n, m2)
 #endif
 // The weight this workgroup's rows are of (MULTI's i; else 0), which
-// quant.wgsl's loads read.
+// quant.wgsl's loads read; with SPLIT the half of k (2: past the tiles).
 var<private> part: u32;
 
 const FS: u32 = {{FS}}u;
@@ -167,6 +175,14 @@ fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32, m: u32) {
         let t = t1 + e / FS;
         let r = r1 + e % FS;
         if (t < pu(2) && r < m) {
+#ifdef SPLIT
+            if (part != 0u) {
+                if (part == 1u) {
+                    sums1[t * m + r] = cs[c0 + e];
+                }
+                continue;
+            }
+#endif
 #ifdef MULTI
             if (part == 1u) {
                 out1[t * m + r] = cs[c0 + e];
@@ -192,8 +208,17 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let k = pu(1);
-    let g = wg_index(wid, nwg);
+    var g = wg_index(wid, nwg);
+    // The steps along k: all of them, or with SPLIT this part's half.
+    var kb = 0u;
+    var k = pu(1);
+#ifdef SPLIT
+    let tiles = pu(4) * ((pu(2) + TN - 1u) / TN);
+    part = min(g / tiles, 2u);
+    g = g % tiles;
+    kb = min(part, 1u) * pu(7);
+    k = select(kb + pu(7), kb, part > 1u);
+#endif
     let gm = g % pu(4);
     let t0 = (g / pu(4)) * TN;
     var m = pu(0);
@@ -219,8 +244,8 @@ fn main(
     // host: NVIDIA's compiler puts an array of cooperative matrices in
     // local memory, which halved the speed).
 {{ACC_DECL}}
-    var next = fetch(lid, 0u, r0, t0, m);
-    for (var k0 = 0u; k0 < k; k0 += TK) {
+    var next = fetch(lid, kb, r0, t0, m);
+    for (var k0 = kb; k0 < k; k0 += TK) {
         stage(lid, next);
         workgroupBarrier();
         // The next step's loads are in flight during the multiplies.
