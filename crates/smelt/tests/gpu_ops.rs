@@ -740,7 +740,7 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
             (200, 129, k0),
         ];
         if coop != 0 {
-            shapes.extend([(4200, 129, k0), (8200, 260, k0), (2900, 260, 2048)]);
+            shapes.extend([(4200, 129, k0), (8200, 260, k0), (4300, 256, 2048)]);
         }
         for (m, n, k) in shapes {
             let w = b.weight(t, m, k);
