@@ -34,6 +34,7 @@ mod src {
     pub const MATMUL_Q8: &str = include_str!("kernels/matmul_q8.wgsl");
     pub const MATMUL_COOP: &str = include_str!("kernels/matmul_coop.wgsl");
     pub const ATTENTION_COOP: &str = include_str!("kernels/attention_coop.wgsl");
+    pub const SPLIT_SUMS: &str = include_str!("kernels/split_sums.wgsl");
 }
 
 /// Weight types the matmul and get_rows kernels decode.
@@ -212,6 +213,8 @@ pub enum Kernel {
     /// block of all rows together: (cols / 32, rows, 32), the activations
     /// of `matmul_coop.wgsl`.
     HalfBlocks,
+    /// A split matmul's second half added to its first (`CoopTile::HugeSplit`).
+    SplitSums,
     /// The destination (cache) type, F32 or F16.
     SetRows(GgmlType),
     /// Two KV-cache writes with the same ids (K and V) in one dispatch.
@@ -628,6 +631,7 @@ impl Kernel {
             }
         }
         v.push(Kernel::HalfBlocks);
+        v.push(Kernel::SplitSums);
         for q in [ActQuant::Q8, ActQuant::Q8K, ActQuant::F16] {
             v.push(Kernel::QuantizeActs(q));
         }
@@ -721,6 +725,7 @@ impl Kernel {
             ],
             Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
+            Kernel::SplitSums => &[RW, R],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } | Kernel::HalfBlocks => {
                 &[RW, RW]
             }
@@ -980,6 +985,7 @@ impl Kernel {
                 def("BLOCKS");
                 parts.push(src::COPY);
             }
+            Kernel::SplitSums => parts.push(src::SPLIT_SUMS),
             Kernel::QuantizeActs(q) => {
                 def(match q {
                     ActQuant::Q8 => "Q8",
