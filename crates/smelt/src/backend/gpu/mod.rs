@@ -375,8 +375,6 @@ impl GpuBackend {
         Ok(input)
     }
 
-    /// Makes `acts` hold at least `n` values (a new, empty set if it held
-    /// fewer); its capacity.
     /// A `1 × n` F32 scratch for a split matmul's second half
     /// (`CoopTile::HugeSplit`), grown when a larger one is asked for.
     fn split_sums(&mut self, n: usize) -> Result<Tensor> {
@@ -390,6 +388,8 @@ impl GpuBackend {
         }
     }
 
+    /// Makes `acts` hold at least `n` values (a new, empty set if it held
+    /// fewer); its capacity.
     fn grow_acts(&mut self, n: usize) -> usize {
         let n = n.max(32);
         if self.acts.capacity < n {
