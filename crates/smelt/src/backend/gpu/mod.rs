@@ -245,8 +245,10 @@ impl GpuBackend {
                 | Kernel::MatVecQ8(_)
                 | Kernel::MatMulQ8(_)
                 | Kernel::QuantizeActs(_)
+                | Kernel::SplitSums
         ) {
-            // Any other op may write the tensor whose rounding is cached.
+            // These write only the outputs their callers report (`wrote`);
+            // any other op may write the tensor whose rounding is cached.
             self.acts_of = None;
         }
         let mut bound = Vec::with_capacity(tensors.len());

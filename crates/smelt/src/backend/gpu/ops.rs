@@ -616,7 +616,10 @@ impl GpuBackend {
             MatIn::F32(x) if self.ctx.features.coop != 0 && k.is_multiple_of(32) => {
                 let (fs, huge) = (self.ctx.features.coop, self.ctx.coop_huge);
                 let mut tile = CoopTile::pick(fs, m, n, huge);
-                if o0 == 0 && ldo == m && k.is_multiple_of(64) && (n * m).is_multiple_of(4) {
+                // Split where the output is one run of whole 16-byte words
+                // (`SplitSums`).
+                let len = n * m;
+                if o0 == 0 && ldo == m && len.is_multiple_of(4) {
                     tile = tile.split(fs, m, n, k, huge);
                 }
                 let (tm, tn) = self.ctx.features.coop_tile(tile);
@@ -642,21 +645,17 @@ impl GpuBackend {
                 if parts == 1 {
                     return self.run(kernel, p, &[w, x, out], groups);
                 }
-                // The second half's sums, then added to the first's. That
-                // writes `out` alone: x's cached rounding stays for the
-                // next matmul of x (K and V after Q).
-                let sums = self.split_sums(n * m)?.reshape(n, m);
+                // The second half's sums, then added to the first's (which
+                // keeps x's cached rounding for the next matmul of x: K and
+                // V after Q).
+                let sums = self.split_sums(len)?.reshape(n, m);
                 self.run(kernel, p, &[w, x, out, sums], groups)?;
-                let held = self.acts_of;
-                let len = n * m;
                 self.run(
                     Kernel::SplitSums,
                     params(&[u(len)]),
                     &[out, sums],
                     len.div_ceil(4 * 256) as u64,
-                )?;
-                self.acts_of = held;
-                Ok(())
+                )
             }
             MatIn::F32(x) => {
                 let tiles_m = m.div_ceil(64);

@@ -290,8 +290,8 @@ const COOP_HUGE_MIN_TOKENS: usize = 256;
 /// workgroup per multiprocessor of the large GPUs measured (132 on the
 /// H100 and H200).
 const COOP_FEW_TILES: usize = 132;
-/// A k this long or longer may be split in two (`CoopTile::split`), each
-/// half a multiple of 32.
+/// A k this long or longer may be split in two (`CoopTile::split`), if
+/// each half is a multiple of 32.
 const COOP_SPLIT_MIN_K: usize = 2048;
 
 impl CoopTile {
@@ -333,7 +333,8 @@ impl CoopTile {
         };
         let few = CoopTile::Huge.count(fs, m, n) < COOP_FEW_TILES;
         let padded = tokens(CoopTile::Huge) > tokens(CoopTile::Wide);
-        if self == CoopTile::Wide && huge && few && !padded && k >= COOP_SPLIT_MIN_K {
+        let long = k >= COOP_SPLIT_MIN_K && k.is_multiple_of(64);
+        if self == CoopTile::Wide && huge && few && !padded && long {
             CoopTile::HugeSplit
         } else {
             self
@@ -678,12 +679,12 @@ impl Kernel {
         use Access::{Read as R, ReadWrite as RW};
         match self {
             Kernel::GetRows(_) | Kernel::MatMul(_) => &[R, RW, RW],
-            // Activations read-only: the driver may use its read-only cache.
-            // Split: the second half's sums.
+            // Split: the second half's sums after the output.
             Kernel::MatMulCoop {
                 tile: CoopTile::HugeSplit,
                 ..
             } => &[R, R, RW, RW],
+            // Activations read-only: the driver may use its read-only cache.
             Kernel::MatVec(_) | Kernel::MatMulCoop { multi: false, .. } => &[R, R, RW],
             // With MULTI, the other weights and outputs after them.
             Kernel::MatMulCoop { multi: true, .. } => &[R, R, RW, R, RW, R, RW],

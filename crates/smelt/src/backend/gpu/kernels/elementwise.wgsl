@@ -30,23 +30,13 @@
 @group(0) @binding(6) var<storage, read_write> xs: array<f32>;    // (n / 32) f16(d · Σq), widened
 #endif
 
-#ifndef SCALE
-// Element i of b: a row broadcast, or (without the division) b's own.
-fn bi(i: u32) -> f32 {
-    if (pu(1) == pu(0)) {
-        return b[i];
-    }
-    return b[i % pu(1)];
-}
-#endif
-
 fn op(i: u32) -> f32 {
     let x = a[i];
 #ifdef ADD
-    return x + bi(i);
+    return x + b[i % pu(1)];
 #endif
 #ifdef MUL
-    return x * bi(i);
+    return x * b[i % pu(1)];
 #endif
 #ifdef SCALE
     return x * pf(2);
