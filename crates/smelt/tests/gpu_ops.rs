@@ -521,7 +521,7 @@ fn model_shapes(b: &mut Bench) {
 }
 
 fn rope_cases(b: &mut Bench) {
-    let (n_heads, head_dim, rows) = (3usize, 64usize, 5usize);
+    let (n_heads, head_dim, rows) = (11usize, 64usize, 5usize);
     let pos: Vec<i32> = (0..rows).map(|_| b.rng.gen_range(0..300)).collect();
     let pos = b.i32s(&pos);
     let x = b.f32s(rows, n_heads * head_dim, 1.0);
@@ -818,14 +818,19 @@ fn f32_mode_residual_add_fused_with_norm() {
 /// (`AddRmsNormHalf`, with fast math): one dispatch for the three, and one
 /// for the matmul, where a `HalfBlocks` copy would be one more. The sum,
 /// the norm and the matmul against the CPU, the dispatch count, and which
-/// kernel ran.
+/// kernel ran; rows of 80 words, and of 1040 (more than the 1024 words
+/// that norm_half.wgsl's invocations keep in registers).
 #[test]
 fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
     let (seed, mut b) = f32_mode_profiled_bench();
     let f = b.gpu.features();
     let fused = f.coop != 0 && f.fast_math;
-    let (n, k, m) = (130usize, 320usize, 96usize);
-    for t in [GgmlType::Q4_0, GgmlType::Q4_1] {
+    let cases = [
+        (GgmlType::Q4_0, 130usize, 320usize, 96usize),
+        (GgmlType::Q4_1, 130, 320, 96),
+        (GgmlType::Q4_0, 20, 4160, 64),
+    ];
+    for (t, n, k, m) in cases {
         let (x, r, nw) = (b.f32s(n, k, 1.0), b.f32s(n, k, 1.0), b.f32s(1, k, 1.0));
         let w = b.weight(t, m, k);
         let (h, sum, out) = (
@@ -842,7 +847,7 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
             be.rms_norm(p(sum), Some(p(nw)), 1e-5, p(h))?;
             be.matmul(p(w), p(h), p(out))
         };
-        let name = format!("{t} add + rms_norm + matmul n={n}");
+        let name = format!("{t} add + rms_norm + matmul n={n} k={k}");
         let tol = if f.coop != 0 { 2e-6 } else { 1e-8 };
         b.check(&format!("{name}: out"), tol, out, layer);
         b.check(&format!("{name}: norm"), 1e-10, h, layer);
@@ -858,6 +863,47 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
     assert_eq!(
         (ran("AddRmsNormHalf"), ran("HalfBlocks")),
         (fused, f.coop != 0 && !fused),
+        "seed {seed}: kernels run: {used:?}"
+    );
+}
+
+/// Prefill in the f32-activation mode: an attention on cooperative
+/// matrices before a matmul on cooperative matrices also writes the
+/// matmul's f16 input (`AttentionCoop` with `half`), so the two are two
+/// dispatches, not three. Both outputs against the CPU, the dispatch
+/// count, and which kernels ran.
+#[test]
+fn f32_mode_prefill_attention_writes_the_coop_matmul_input() {
+    let (seed, mut b) = f32_mode_profiled_bench();
+    let coop = b.gpu.features().coop != 0;
+    let (n_heads, n_kv, ctx, n, m) = (8usize, 2usize, 64usize, 45usize, 96usize);
+    let pos = b.i32s(&(0..n as i32).collect::<Vec<_>>());
+    let seq = b.i32s(&vec![0; n]);
+    for hd in [64usize, 128] {
+        let (kc, _) = random_cache(&mut b, F16, ctx, n_kv * hd);
+        let (vc, _) = random_cache(&mut b, F16, ctx, n_kv * hd);
+        let q = b.f32s(n, n_heads * hd, 1.0);
+        let w = b.weight(GgmlType::Q4_0, m, n_heads * hd);
+        let (att, out) = (b.output(F32, n, n_heads * hd), b.output(F32, n, m));
+        let layer = move |be: &mut dyn Backend, g: bool| {
+            let p = |x: Pair| if g { x.gpu } else { x.cpu };
+            let params = AttentionParams::new(n_heads, n_kv, hd, ctx);
+            be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(att))?;
+            be.matmul(p(w), p(att), p(out))
+        };
+        let name = format!("attention + matmul hd {hd}");
+        let (tol_att, tol_out) = if coop { (1e-6, 2e-6) } else { (1e-10, 1e-8) };
+        b.check(&format!("{name}: attention"), tol_att, att, layer);
+        b.check(&format!("{name}: out"), tol_out, out, layer);
+        assert_eq!(gpu_dispatches(&mut b, layer), 2, "{name}");
+    }
+    b.assert_passed(seed);
+    let used = kernels_run(&b);
+    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    let half = |hd| format!("AttentionCoop {{ head_dim: {hd}, heads: 2, half: true }}");
+    assert_eq!(
+        (ran(&half(64)), ran(&half(128)), ran("HalfBlocks")),
+        (coop, coop, false),
         "seed {seed}: kernels run: {used:?}"
     );
 }
@@ -1168,7 +1214,8 @@ fn rope_params(mode: RopeMode, n_heads: usize, hd: usize) -> RopeParams {
 /// and V's rows into their caches. In normal mode the GPU records all four
 /// as one dispatch (RopeStore), in NEOX mode as two (RopePair,
 /// SetRowsPair); in both arithmetics every output against the CPU, and the
-/// dispatch counts.
+/// dispatch counts. Q has 12 heads: a rope invocation turns 8
+/// (`ROPE_HEADS`), so a whole group and a part of one.
 #[test]
 fn ropes_and_cache_writes_of_a_layer() {
     for f32_mode in [false, true] {
@@ -1185,7 +1232,7 @@ fn ropes_and_cache_writes_of_a_layer() {
         for mode in [RopeMode::Normal, RopeMode::Neox] {
             for cache_t in [F32, F16] {
                 let (q, k, v) = (
-                    b.f32s(rows, 4 * hd, 1.0),
+                    b.f32s(rows, 12 * hd, 1.0),
                     b.f32s(rows, 2 * hd, 1.0),
                     b.f32s(rows, 2 * hd, 1.0),
                 );
@@ -1196,7 +1243,7 @@ fn ropes_and_cache_writes_of_a_layer() {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
                     let rope = |n_heads| rope_params(mode, n_heads, hd);
                     // In place, as the model ropes.
-                    be.rope(p(q), p(pos), &rope(4), p(q))?;
+                    be.rope(p(q), p(pos), &rope(12), p(q))?;
                     be.rope(p(k), p(pos), &rope(2), p(k))?;
                     be.set_rows(p(k), p(ids), p(kc))?;
                     be.set_rows(p(v), p(ids), p(vc))
@@ -1210,7 +1257,7 @@ fn ropes_and_cache_writes_of_a_layer() {
                 }
                 // The ropes themselves (in place: q and k now rotated once
                 // more on each side, as the checks above ran the layer).
-                for (name, t, cols) in [("q", q, 4 * hd), ("k", k, 2 * hd)] {
+                for (name, t, cols) in [("q", q, 12 * hd), ("k", k, 2 * hd)] {
                     let copy = b.output(F32, rows, cols);
                     let what = format!(
                         "ropes+cache writes f32 mode {f32_mode} {mode:?} {cache_t}: {name}"

@@ -425,11 +425,11 @@ impl GpuBackend {
         let key = Some((x.id, x.rows, x.cols, Held::Half));
         if self.acts_of != key {
             // The op held back whose output x is writes both, if it can.
-            let f = self.ctx.features;
+            let (f, aux) = (self.ctx.features, self.aux());
             let fused = self
                 .pending
                 .filter(|p| p.out() == x)
-                .and_then(|p| p.half_dispatch(half, f));
+                .and_then(|p| p.half_dispatch(half, f, aux));
             let (kernel, params, bound, groups) = match fused {
                 Some(call) => {
                     self.pending = None;

@@ -355,7 +355,11 @@ impl Backend for GpuBackend {
             let (kv, head_dim) = (k_cache.dtype, p.head_dim as u32);
             let f = self.ctx.features;
             let heads = coop_attention_heads(p.n_heads, p.n_kv_heads);
-            let coop = Kernel::AttentionCoop { head_dim, heads };
+            let coop = Kernel::AttentionCoop {
+                head_dim,
+                heads,
+                half: false,
+            };
             let quads = Kernel::AttentionQuads { kv, head_dim };
             let (kernel, groups) = if kv == F16
                 && COOP_ATTENTION_HEAD_DIMS.contains(&head_dim)
@@ -372,13 +376,19 @@ impl Backend for GpuBackend {
                 let rows = Kernel::AttentionRows { kv, head_dim };
                 (rows, (q.rows * p.n_heads).div_ceil(64))
             };
-            let groups = groups as u64;
-            return self.run(
-                kernel,
-                params,
-                &[q, k_cache, v_cache, pos, seq, out, self.tables],
-                groups,
-            );
+            let (groups, t) = (groups as u64, [q, k_cache, v_cache, pos, seq, out]);
+            if kernel == coop {
+                // Held for the next coop matmul of its output to have it
+                // write its f16 blocks too.
+                return self.defer(Pending::CoopAttention {
+                    head_dim,
+                    heads,
+                    t,
+                    params,
+                    groups,
+                });
+            }
+            return self.run(kernel, params, &[&t[..], &[self.tables]].concat(), groups);
         }
         // Decode: held for the next matmul's Q8 rounding to join when a
         // head is whole blocks of 32.

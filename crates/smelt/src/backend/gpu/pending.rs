@@ -10,6 +10,10 @@
 //! - A residual add into the repacked decode mat-vec before it
 //!   (`MatVecDot` with `residual`), or else into the rms_norm after it
 //!   (`AddRmsNorm`), in the f32 mode.
+//! - In the f32 mode's prefill, a GLU, a residual add and norm or an
+//!   attention on cooperative matrices with the next coop matmul's f16
+//!   blocks of its output (`GluHalf`, `AddRmsNormHalf`, `AttentionCoop`
+//!   with `half`; in `GpuBackend::half_input`).
 //! - Q's and K's ropes with K's and V's cache writes (`RopeStore`;
 //!   `RopePair`, `SetRowsPair`), and in the f32 mode's decode those with
 //!   the attention after them (`AttentionRope`).
@@ -21,7 +25,7 @@
 use crate::backend::{Result, RopeMode, RopeParams, Tensor};
 use crate::quant::GgmlType;
 
-use super::pipelines::{Elementwise, Kernel, ShaderFeatures, WG_ROW};
+use super::pipelines::{Elementwise, Kernel, ROPE_HEADS, ShaderFeatures, WG_ROW};
 
 /// The longest row the mat-vecs take their norm into (matvec_blocks.wgsl's
 /// NORM_BLOCKS blocks of 32).
@@ -104,6 +108,18 @@ pub(super) enum Pending {
         params: Params,
         groups: u64,
         rope: Option<RopeJoin>,
+    },
+    /// Prefill attention on cooperative matrices (q, caches, positions,
+    /// slots, out; its parameters and workgroups): the next matmul on
+    /// cooperative matrices of its output has it write the f16 blocks
+    /// too (`AttentionCoop` with `half`), where a `HalfBlocks` copy would
+    /// be another dispatch.
+    CoopAttention {
+        head_dim: u32,
+        heads: u32,
+        t: [Tensor; 6],
+        params: Params,
+        groups: u64,
     },
     /// Gate and up (two repacked decode mat-vecs of one input, rows a
     /// multiple of 32; f32 mode): the GLU of their outputs next joins them
@@ -195,7 +211,7 @@ pub(super) struct Aux {
 pub(super) type Call = (Kernel, Params, Vec<Tensor>, u64);
 
 /// A rope of `x` (and, paired, of `x2` into `out2` with its own heads) at
-/// `pos`: one invocation per pair of values.
+/// `pos` (`rope_invocations`).
 fn rope_call(
     (x, pos, p, out): (Tensor, Tensor, &RopeParams, Tensor),
     pair: Option<(Tensor, usize, Tensor)>,
@@ -215,7 +231,7 @@ fn rope_call(
         P::U(heads2 as u32),
     ]);
     let ff = p.freq_factors.unwrap_or(aux.dummy);
-    let groups = (x.rows * (p.n_heads + heads2) * p.head_dim / 2).div_ceil(64) as u64;
+    let groups = rope_invocations(x.rows, p, heads2).div_ceil(64) as u64;
     match pair {
         None => (
             Kernel::Rope(p.mode),
@@ -230,6 +246,14 @@ fn rope_call(
             groups,
         ),
     }
+}
+
+/// rope.wgsl's invocations for `rows` rows of `p.n_heads` heads and of
+/// `heads2` (a second tensor's): one per pair position of a row and group
+/// of `ROPE_HEADS` heads.
+fn rope_invocations(rows: usize, p: &RopeParams, heads2: usize) -> usize {
+    let groups = p.n_heads.div_ceil(ROPE_HEADS) + heads2.div_ceil(ROPE_HEADS);
+    rows * groups * p.head_dim / 2
 }
 
 /// A repacked decode mat-vec `out[:, o0 .. o0 + w.rows] = x · wᵀ` (o0 >
@@ -363,7 +387,7 @@ fn rope_store_call(
     let vcols = v.map_or(0, |(v, _)| v.cols);
     params[8] = kc.rows as u32;
     params[9] = vcols as u32;
-    let pairs = x.rows * (p.n_heads + heads2) * p.head_dim / 2 + x.rows * vcols / 2;
+    let pairs = rope_invocations(x.rows, p, heads2) + x.rows * vcols / 2;
     let (v, vc) = v.unwrap_or((aux.dummy, aux.dummy));
     let ff = p.freq_factors.unwrap_or(aux.dummy);
     (
@@ -401,6 +425,25 @@ fn attention_rope_call(
         ],
         groups,
     )
+}
+
+/// Prefill attention on cooperative matrices (`Pending::CoopAttention`),
+/// with `half` its output's f16 blocks too.
+fn coop_attention_call(
+    (head_dim, heads): (u32, u32),
+    (t, params, groups): ([Tensor; 6], Params, u64),
+    half: Option<Tensor>,
+    aux: Aux,
+) -> Call {
+    let kernel = Kernel::AttentionCoop {
+        head_dim,
+        heads,
+        half: half.is_some(),
+    };
+    let mut bound = t.to_vec();
+    bound.push(aux.tables);
+    bound.extend(half);
+    (kernel, params, bound, groups)
 }
 
 /// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
@@ -473,7 +516,7 @@ impl Pending {
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
             Pending::RopeStore { v, .. } => v.1,
             Pending::GateUp { outs, glu, .. } => glu.map_or(outs[1], |(_, act)| act),
-            Pending::Attention { t, .. } => t[5],
+            Pending::Attention { t, .. } | Pending::CoopAttention { t, .. } => t[5],
             Pending::SetRows { dst, .. } => dst,
         }
     }
@@ -502,9 +545,10 @@ impl Pending {
 
     /// The dispatch of the op that also writes its output as `HalfBlocks`
     /// does, into `half`, for the next matmul on cooperative matrices
-    /// (`GpuBackend::half_input`): a GLU (`GluHalf`) or an add and norm
-    /// (`AddRmsNormHalf`, with fast math); None for any other op.
-    pub(super) fn half_dispatch(&self, half: Tensor, f: ShaderFeatures) -> Option<Call> {
+    /// (`GpuBackend::half_input`): a GLU (`GluHalf`), an add and norm
+    /// (`AddRmsNormHalf`, with fast math) or a prefill attention
+    /// (`AttentionCoop` with `half`); None for any other op.
+    pub(super) fn half_dispatch(&self, half: Tensor, f: ShaderFeatures, aux: Aux) -> Option<Call> {
         match *self {
             Pending::Glu { op, gate, up, out } => {
                 // One invocation per word of 2 values.
@@ -517,9 +561,24 @@ impl Pending {
                     n.div_ceil(2 * 256) as u64,
                 ))
             }
-            Pending::AddNorm(n) if Kernel::AddRmsNormHalf.builds_with(f) => {
+            // Whole 16-byte words a row (norm_half.wgsl).
+            Pending::AddNorm(n)
+                if Kernel::AddRmsNormHalf.builds_with(f) && n.out.cols.is_multiple_of(4) =>
+            {
                 Some(n.call(Some(half)))
             }
+            Pending::CoopAttention {
+                head_dim,
+                heads,
+                t,
+                params,
+                groups,
+            } => Some(coop_attention_call(
+                (head_dim, heads),
+                (t, params, groups),
+                Some(half),
+                aux,
+            )),
             _ => None,
         }
     }
@@ -554,6 +613,13 @@ impl Pending {
                 v,
             } => rope_store_call((q, k, pos, p), (ids, kc), Some(v), aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
+            Pending::CoopAttention {
+                head_dim,
+                heads,
+                t,
+                params,
+                groups,
+            } => coop_attention_call((head_dim, heads), (t, params, groups), None, aux),
             Pending::Attention {
                 t,
                 params,
@@ -673,7 +739,7 @@ impl GpuBackend {
         let in_place = match p {
             Pending::Norm { x, .. } => x.id == out.id,
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
-            Pending::Attention { t, .. } => t[0].id == out.id,
+            Pending::Attention { t, .. } | Pending::CoopAttention { t, .. } => t[0].id == out.id,
             _ => true,
         };
         let rounds = self.ctx.quantize_activations || self.ctx.features.fast_math;

@@ -22,6 +22,7 @@ mod src {
     pub const MATVEC_BLOCKS: &str = include_str!("kernels/matvec_blocks.wgsl");
     pub const MATMUL: &str = include_str!("kernels/matmul.wgsl");
     pub const NORM: &str = include_str!("kernels/norm.wgsl");
+    pub const NORM_HALF: &str = include_str!("kernels/norm_half.wgsl");
     pub const ROPE: &str = include_str!("kernels/rope.wgsl");
     pub const ROTATE: &str = include_str!("kernels/rotate.wgsl");
     pub const ATTENTION_KEYS: &str = include_str!("kernels/attention_keys.wgsl");
@@ -201,6 +202,8 @@ pub enum Kernel {
     AttentionCoop {
         head_dim: u32,
         heads: u32,
+        /// Its output also as the next coop matmul's f16 blocks.
+        half: bool,
     },
     Elementwise(Elementwise),
     Softmax,
@@ -550,6 +553,11 @@ const _: () = assert!(WG_MATVEC_GLU == WG_ROW);
 /// Q4_0, 1b Q8_0, 8b Q4_0: 562, 542, 240 t/s against 527-546, 531-547,
 /// 228-229), 256 no better overall (its attention −22%).
 const WG_ATTENTION: u32 = 128;
+/// Heads a rope invocation turns (rope.wgsl's HEADS): the angle taken
+/// once for them, their loads in flight together. On the H200, 8b pp512's
+/// ropes and cache writes took 1.00 µs a token, against 1.37 with one head
+/// an invocation (the angle taken for each).
+pub const ROPE_HEADS: usize = 8;
 
 impl Kernel {
     /// Every kernel the backend can build, for the naga/Metal test.
@@ -644,7 +652,13 @@ impl Kernel {
         }
         for head_dim in COOP_ATTENTION_HEAD_DIMS {
             for heads in [1, 2] {
-                v.push(Kernel::AttentionCoop { head_dim, heads });
+                for half in [false, true] {
+                    v.push(Kernel::AttentionCoop {
+                        head_dim,
+                        heads,
+                        half,
+                    });
+                }
             }
         }
         v
@@ -717,7 +731,9 @@ impl Kernel {
             Kernel::Attention(_)
             | Kernel::AttentionRows { .. }
             | Kernel::AttentionQuads { .. }
-            | Kernel::AttentionCoop { .. } => &[RW, R, R, RW, RW, RW, R],
+            | Kernel::AttentionCoop { half: false, .. } => &[RW, R, R, RW, RW, RW, R],
+            // ... and the f16 blocks after the tables.
+            Kernel::AttentionCoop { half: true, .. } => &[RW, R, R, RW, RW, RW, R, RW],
             Kernel::AttentionQ8(_) => &[RW, R, R, RW, RW, RW, RW, RW, RW, R],
             // ... or the caches written too, then Q rotated, K, K rotated,
             // V, the frequency factors and the cache row.
@@ -878,14 +894,12 @@ impl Kernel {
                 def("Q8");
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
-            Kernel::AddRmsNorm | Kernel::AddRmsNormHalf => {
+            Kernel::AddRmsNorm => {
                 def("WEIGHT");
                 def("ADD");
-                if self == Kernel::AddRmsNormHalf {
-                    def("HALF");
-                }
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
+            Kernel::AddRmsNormHalf => parts.extend([src::REDUCE, src::EXACT, src::NORM_HALF]),
             Kernel::Rope(mode) | Kernel::RopePair(mode) => {
                 if mode == RopeMode::Neox {
                     def("NEOX");
@@ -894,6 +908,7 @@ impl Kernel {
                     def("PAIR");
                 }
                 tables(&mut defines);
+                defines.push(("HEADS", ROPE_HEADS.to_string()));
                 parts.extend([src::EXACT, src::ROTATE, src::ROPE]);
             }
             Kernel::RopeStore(cache) => {
@@ -903,6 +918,7 @@ impl Kernel {
                     def("CACHE_F16");
                 }
                 tables(&mut defines);
+                defines.push(("HEADS", ROPE_HEADS.to_string()));
                 parts.extend([src::EXACT, src::ROTATE, src::ROPE]);
             }
             Kernel::Attention(kv) | Kernel::AttentionQ8(kv) | Kernel::AttentionRope(kv) => {
@@ -936,7 +952,14 @@ impl Kernel {
                 tables(&mut defines);
                 parts.extend([src::EXACT, src::ATTENTION_KEYS, src::ATTENTION]);
             }
-            Kernel::AttentionCoop { head_dim, heads } => {
+            Kernel::AttentionCoop {
+                head_dim,
+                heads,
+                half,
+            } => {
+                if half {
+                    def("HALF");
+                }
                 defines.push(("HD", head_dim.to_string()));
                 defines.push(("FS", f.coop.to_string()));
                 defines.push(("SQ", heads.to_string()));

@@ -363,8 +363,9 @@ fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32) {
             if (factored) {
                 factor = ff[pp];
             }
-            qv = rope_rotate(qv.x, qv.y, pp, at, pf(10), pf(11), factored, factor);
-            kv = rope_rotate(kv.x, kv.y, pp, at, pf(10), pf(11), factored, factor);
+            let sc = rope_angle(pp, at, pf(10), pf(11), factored, factor);
+            qv = rope_turn(qv.x, qv.y, sc);
+            kv = rope_turn(kv.x, kv.y, sc);
         }
         let vv = vec2<f32>(xv[kb + d], xv[kb + d + 1u]);
         qo[qb + d] = qv.x;

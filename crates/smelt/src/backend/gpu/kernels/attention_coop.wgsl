@@ -26,7 +26,9 @@
 // 3. p rounded to f16 through workgroup memory, the row sums l in
 //    registers, then O += P·V.
 //
-// At the end O / l goes out a fragment at a time through workgroup memory.
+// At the end O / l goes out a fragment at a time through workgroup memory;
+// with the HALF define also as copy.wgsl's BLOCKS, for the matmul on
+// cooperative matrices after it (`GpuBackend::half_input`).
 // Each row masks the keys outside its own range (causal, window, its
 // sequence's slot), so rows of several sequences in one block are right,
 // only slower. Q is rounded to f16 once, into fragments held in registers
@@ -47,6 +49,11 @@
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;   // (n, n_heads * head_dim)
+#ifdef HALF
+@group(0) @binding(8) var<storage, read_write> halves: array<u32>; // (n_heads * head_dim / 32, n, 32) f16 pairs
+// This invocation's row's first f16 word of its head in halves.
+var<private> half_row: u32;
+#endif
 
 const FS: u32 = {{FS}}u;
 const HD: u32 = {{HD}}u;
@@ -280,6 +287,9 @@ fn main(
     }
     let live = g0 == g;
     let ob = (i0 + r) * nh * HD + h * HD;
+#ifdef HALF
+    half_row = block_word(i0 + r, h * HD, n);
+#endif
 {{O_OUT}}
 }
 
@@ -294,12 +304,21 @@ fn rescale(sb: u32, k0: u32, r: u32, corr: f32) {
 }
 
 // Writes output fragment d, staged in its head's part of ss (from sb), for
-// this invocation's row.
+// this invocation's row (which starts at ob), a pair of values at a time.
 fn emit(d: u32, sb: u32, ob: u32, k0: u32, r: u32, inv: f32, valid: bool) {
     workgroupBarrier();
     if (valid) {
-        for (var e = 0u; e < KPL; e++) {
-            out[ob + d * FS + k0 + e] = ss[sb + r * FS + k0 + e] * inv;
+        for (var e = 0u; e < KPL; e += 2u) {
+            let o = ob + d * FS + k0 + e;
+            let v = vec2<f32>(ss[sb + r * FS + k0 + e], ss[sb + r * FS + k0 + e + 1u]) * inv;
+            out[o] = v.x;
+            out[o + 1u] = v.y;
+#ifdef HALF
+            // Column c of the head: block c / 32 of the row (a head is
+            // whole blocks).
+            let c = d * FS + k0 + e;
+            halves[half_row + (c / 32u) * pu(0) * 16u + (c % 32u) / 2u] = pack_f16(v.x, v.y);
+#endif
         }
     }
     workgroupBarrier();

@@ -18,10 +18,8 @@
 // add before the norm: sum = x + addend is written to `sum` (which may be
 // x itself) and normalised, one dispatch instead of two.
 //
-// The HALF define (with ADD and FAST) also writes the output as copy.wgsl's
-// BLOCKS does, for the next matmul on cooperative matrices
-// (`GpuBackend::half_input`): each invocation takes pairs of values, so it
-// writes whole f16 words and reads back only the sums it stored.
+// norm_half.wgsl is ADD with fast math that also writes the output as the
+// next matmul's f16 blocks.
 //
 // Params: 0 rows, 1 cols, 2 eps (f32), 3 parts (Q8).
 
@@ -33,9 +31,6 @@
 #ifdef ADD
 @group(0) @binding(4) var<storage, read_write> addend: array<f32>; // (rows, cols)
 @group(0) @binding(5) var<storage, read_write> sum: array<f32>;   // (rows, cols), may be x
-#endif
-#ifdef HALF
-@group(0) @binding(6) var<storage, read_write> halves: array<u32>; // (cols / 32, rows, 32) f16 pairs
 #endif
 #ifdef Q8
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;    // (rows, cols / 4) quants, 4 per word
@@ -85,22 +80,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         return;
     }
     let b = r * cols;
-#ifdef HALF
-    var s2 = vec2<f32>(0.0);
-    for (var p = lid; p < cols / 2u; p += NORM_WG) {
-        let v = vec2<f32>(val(b + 2u * p), val(b + 2u * p + 1u));
-        s2 = fma(v, v, s2);
-    }
-    let hs = div_rn(1.0, sqrt_rn(wg_sum(s2.x + s2.y, ln) / f32(cols) + pf(2)));
-    for (var p = lid; p < cols / 2u; p += NORM_WG) {
-        let c = 2u * p;
-        let v = vec2<f32>(normed(b, c, hs), normed(b, c + 1u, hs));
-        out[b + c] = v.x;
-        out[b + c + 1u] = v.y;
-        halves[block_word(r, c, pu(0))] = pack_f16(v.x, v.y);
-    }
-    return;
-#endif
     var ss = vec2<f32>(0.0, 0.0);
 #ifdef FAST
     // Plain f32: four values a step, their loads in flight together.

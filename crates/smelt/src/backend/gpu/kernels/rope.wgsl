@@ -1,8 +1,13 @@
 // RoPE: rotates pairs of each head by the angle of pair i at position p,
 // pos · freq_scale · base^(-2i/n_dims) (divided by freq_factors[i] when
 // given). Normal mode pairs (2i, 2i+1); the NEOX define pairs
-// (i, i + n_dims/2). Values past n_dims pass through. One invocation per
-// pair; x and out may be the same buffer.
+// (i, i + n_dims/2). Values past n_dims pass through. x and out may be the
+// same buffer.
+//
+// One invocation per pair position of a row and HEADS heads of a tensor:
+// the angle's sine and cosine are taken once for the heads (they are the
+// same in every head), and the heads' values are all loaded before any is
+// stored (as out may be x, a store holds back every load after it).
 //
 // As ggml: theta_scale = base^(-2/n_dims) (computed by the host with
 // powf), the rotation itself in rotate.wgsl.
@@ -106,73 +111,85 @@ fn st(second: bool, i: u32, v: f32) {
     out[i] = v;
 }
 
+const HEADS: u32 = {{HEADS}}u;
+
+// Pair p, at columns c of a head, of heads h0 .. h0 + HEADS (of `heads`)
+// of row `row` of the first tensor or the second: turned by the angle of
+// sine and cosine sc, or passed through (`turn` false).
+fn rope_heads(second: bool, row: u32, heads: u32, h0: u32, c: vec2<u32>, turn: bool, sc: vec2<f32>) {
+    let hd = pu(2);
+    let rb = row * heads * hd;
+    var v: array<vec2<f32>, HEADS>;
+    for (var j = 0u; j < HEADS; j++) {
+        let b = rb + (h0 + j) * hd;
+        if (h0 + j < heads) {
+            v[j] = vec2<f32>(ld(second, b + c.x), ld(second, b + c.y));
+        }
+    }
+    for (var j = 0u; j < HEADS; j++) {
+        let b = rb + (h0 + j) * hd;
+        if (h0 + j < heads) {
+            var y = v[j];
+            if (turn) {
+                y = rope_turn(y.x, y.y, sc);
+            }
+            st(second, b + c.x, y.x);
+            st(second, b + c.y, y.y);
+#ifdef STORE
+            if (second) {
+                store_k(row, (h0 + j) * hd + c.x, y.x, y.y);
+            }
+#endif
+        }
+    }
+}
+
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    var g = gid.x + gid.y * nwg.x * 64u;
-    var n_heads = pu(1);
-    let hd = pu(2);
-    let n_dims = pu(3);
-    let half_pairs = hd / 2u;
-    var second = false;
-#ifdef STORE
-    let ropes = pu(0) * (n_heads + pu(7)) * half_pairs;
-    if (g >= ropes) {
-        store_v(g - ropes);
-        return;
-    }
-#endif
+    let g = gid.x + gid.y * nwg.x * 64u;
+    let half_pairs = pu(2) / 2u;
+    // Groups of HEADS heads a row: the first tensor's, then the second's.
+    let groups1 = (pu(1) + HEADS - 1u) / HEADS;
+    var groups = groups1;
 #ifdef PAIR
-    if (g >= pu(0) * n_heads * half_pairs) {
-        g -= pu(0) * n_heads * half_pairs;
-        n_heads = pu(7);
-        second = true;
-    }
+    groups += (pu(7) + HEADS - 1u) / HEADS;
 #endif
-    if (g >= pu(0) * n_heads * half_pairs) {
+    let ropes = pu(0) * groups * half_pairs;
+    if (g >= ropes) {
+#ifdef STORE
+        store_v(g - ropes);
+#endif
         return;
     }
     let p = g % half_pairs;
-    let row = g / (n_heads * half_pairs);
-    let base = (g / half_pairs) * hd;
-    let nd2 = n_dims / 2u;
-    if (p >= nd2) {
-#ifdef NEOX
-        let i0 = base + n_dims + 2u * (p - nd2);
-#else
-        let i0 = base + 2u * p;
-#endif
-        let a = ld(second, i0);
-        let b = ld(second, i0 + 1u);
-        st(second, i0, a);
-        st(second, i0 + 1u, b);
-#ifdef STORE
-        if (second) {
-            store_k(row, i0 - row * n_heads * hd, a, b);
-        }
-#endif
-        return;
-    }
-#ifdef NEOX
-    let i0 = base + p;
-    let i1 = base + p + nd2;
-#else
-    let i0 = base + 2u * p;
-    let i1 = i0 + 1u;
-#endif
-    var factor = 1.0;
-    if (pu(6) != 0u) {
-        factor = ff[p];
-    }
-    let x0 = ld(second, i0);
-    let x1 = ld(second, i1);
-    let y = rope_rotate(x0, x1, p, f32(pos[row]), pf(4), pf(5), pu(6) != 0u, factor);
-    let y0 = y.x;
-    let y1 = y.y;
-    st(second, i0, y0);
-    st(second, i1, y1);
-#ifdef STORE
+    let group = (g / half_pairs) % groups;
+    let row = g / (half_pairs * groups);
+    let second = group >= groups1;
+    var heads = pu(1);
+    var h0 = group * HEADS;
     if (second) {
-        store_k(row, i0 - row * n_heads * hd, y0, y1);
+        heads = pu(7);
+        h0 = (group - groups1) * HEADS;
     }
+    let n_dims = pu(3);
+    let nd2 = n_dims / 2u;
+    let turn = p < nd2;
+    // The pair's columns in a head.
+#ifdef NEOX
+    var c = vec2<u32>(p, p + nd2);
+    if (!turn) {
+        c = vec2<u32>(n_dims + 2u * (p - nd2), n_dims + 2u * (p - nd2) + 1u);
+    }
+#else
+    let c = vec2<u32>(2u * p, 2u * p + 1u);
 #endif
+    var sc = vec2<f32>(0.0, 1.0);
+    if (turn) {
+        var factor = 1.0;
+        if (pu(6) != 0u) {
+            factor = ff[p];
+        }
+        sc = rope_angle(p, f32(pos[row]), pf(4), pf(5), pu(6) != 0u, factor);
+    }
+    rope_heads(second, row, heads, h0, c, turn, sc);
 }

@@ -4,9 +4,11 @@
 // (`factored`), angle = freq_scale · theta, libm's cosf/sinf
 // (sincos_rn), and x0·cos − x1·sin, x0·sin + x1·cos fused as a C compiler
 // contracts them. Shared by rope.wgsl and the decode attention that ropes
-// its own query and key (attention.wgsl's ROPE).
+// its own query and key (attention.wgsl's ROPE). The angle's sine and
+// cosine (`rope_angle`) are the same for every head, so a caller that
+// turns several heads' pairs takes them once (`rope_turn` each).
 
-fn rope_rotate(x0: f32, x1: f32, i: u32, at: f32, theta_scale: f32, freq_scale: f32, factored: bool, factor: f32) -> vec2<f32> {
+fn rope_angle(i: u32, at: f32, theta_scale: f32, freq_scale: f32, factored: bool, factor: f32) -> vec2<f32> {
     var theta = at;
 #ifdef FAST
     theta *= pow(theta_scale, f32(i));
@@ -18,6 +20,10 @@ fn rope_rotate(x0: f32, x1: f32, i: u32, at: f32, theta_scale: f32, freq_scale: 
     if (factored) {
         theta = div_rn(theta, factor);
     }
-    let sc = sincos_rn(freq_scale * theta);
+    return sincos_rn(freq_scale * theta);
+}
+
+// (x0, x1) turned by the angle of sine and cosine sc.
+fn rope_turn(x0: f32, x1: f32, sc: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(fmaf(x0, sc.y, -(x1 * sc.x)), fmaf(x0, sc.x, x1 * sc.y));
 }
