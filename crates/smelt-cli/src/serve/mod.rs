@@ -136,18 +136,52 @@ pub fn serve(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
             state.scheduler.n_ctx()
         );
         let app = router(Arc::clone(&state));
-        let stopping = Arc::clone(&state);
+        let listener = Closing {
+            listener,
+            _then: CancelOnDrop(Arc::clone(&state)),
+        };
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 shutdown_signal().await;
                 eprintln!("smelt serve: shutting down");
-                stopping.scheduler.shutdown();
             })
             .await
             .context("serving")
     })?;
     eprintln!("smelt serve: stopped");
     Ok(())
+}
+
+/// The server's listener, which cancels the running generations when axum
+/// drops it (on the shutdown signal, as it stops taking connections): a
+/// stream cut short by the shutdown ends only after new connections are
+/// refused. Cancelling in the signal's future raced the listener's close.
+/// Fields drop in order: the socket is closed first.
+struct Closing {
+    listener: tokio::net::TcpListener,
+    _then: CancelOnDrop,
+}
+
+/// Cancels the running generations when dropped.
+struct CancelOnDrop(Arc<AppState>);
+
+impl axum::serve::Listener for Closing {
+    type Io = tokio::net::TcpStream;
+    type Addr = SocketAddr;
+
+    fn accept(&mut self) -> impl Future<Output = (Self::Io, Self::Addr)> + Send {
+        axum::serve::Listener::accept(&mut self.listener)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.scheduler.shutdown();
+    }
 }
 
 async fn shutdown_signal() {
