@@ -10,7 +10,7 @@ use crate::backend::{
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
-use super::pending::{DotIn, matvec_call, multi_call};
+use super::pending::{CoopAttention, DotIn, matvec_call, multi_call};
 use super::pipelines::{
     COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
     WEIGHT_TYPES, coop_attention_heads, has_min,
@@ -380,13 +380,13 @@ impl Backend for GpuBackend {
             if kernel == coop {
                 // Held for the next coop matmul of its output to have it
                 // write its f16 blocks too.
-                return self.defer(Pending::CoopAttention {
+                return self.defer(Pending::CoopAttention(CoopAttention {
                     head_dim,
                     heads,
                     t,
                     params,
                     groups,
-                });
+                }));
             }
             return self.run(kernel, params, &[&t[..], &[self.tables]].concat(), groups);
         }

@@ -114,13 +114,7 @@ pub(super) enum Pending {
     /// cooperative matrices of its output has it write the f16 blocks
     /// too (`AttentionCoop` with `half`), where a `HalfBlocks` copy would
     /// be another dispatch.
-    CoopAttention {
-        head_dim: u32,
-        heads: u32,
-        t: [Tensor; 6],
-        params: Params,
-        groups: u64,
-    },
+    CoopAttention(CoopAttention),
     /// Gate and up (two repacked decode mat-vecs of one input, rows a
     /// multiple of 32; f32 mode): the GLU of their outputs next joins them
     /// (`glu`: op and output), and then the next matmul's Q8 rounding of
@@ -427,25 +421,6 @@ fn attention_rope_call(
     )
 }
 
-/// Prefill attention on cooperative matrices (`Pending::CoopAttention`),
-/// with `half` its output's f16 blocks too.
-fn coop_attention_call(
-    (head_dim, heads): (u32, u32),
-    (t, params, groups): ([Tensor; 6], Params, u64),
-    half: Option<Tensor>,
-    aux: Aux,
-) -> Call {
-    let kernel = Kernel::AttentionCoop {
-        head_dim,
-        heads,
-        half: half.is_some(),
-    };
-    let mut bound = t.to_vec();
-    bound.push(aux.tables);
-    bound.extend(half);
-    (kernel, params, bound, groups)
-}
-
 /// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
 /// invocation per value, or per pair of values of an F16 cache.
 fn set_rows_call(
@@ -474,6 +449,34 @@ fn set_rows_call(
             vec![src, dst, ids, src2, dst2],
             groups,
         ),
+    }
+}
+
+/// Prefill attention on cooperative matrices (`Pending::CoopAttention`):
+/// the kernel's head size and heads a workgroup, q, caches, positions,
+/// slots, out, its parameters and workgroups.
+#[derive(Clone, Copy)]
+pub(super) struct CoopAttention {
+    pub(super) head_dim: u32,
+    pub(super) heads: u32,
+    pub(super) t: [Tensor; 6],
+    pub(super) params: Params,
+    pub(super) groups: u64,
+}
+
+impl CoopAttention {
+    /// Its dispatch, with `half` (the next matmul's f16 blocks) written
+    /// too.
+    fn call(self, half: Option<Tensor>, aux: Aux) -> Call {
+        let kernel = Kernel::AttentionCoop {
+            head_dim: self.head_dim,
+            heads: self.heads,
+            half: half.is_some(),
+        };
+        let mut bound = self.t.to_vec();
+        bound.push(aux.tables);
+        bound.extend(half);
+        (kernel, self.params, bound, self.groups)
     }
 }
 
@@ -516,7 +519,7 @@ impl Pending {
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
             Pending::RopeStore { v, .. } => v.1,
             Pending::GateUp { outs, glu, .. } => glu.map_or(outs[1], |(_, act)| act),
-            Pending::Attention { t, .. } | Pending::CoopAttention { t, .. } => t[5],
+            Pending::Attention { t, .. } | Pending::CoopAttention(CoopAttention { t, .. }) => t[5],
             Pending::SetRows { dst, .. } => dst,
         }
     }
@@ -567,18 +570,7 @@ impl Pending {
             {
                 Some(n.call(Some(half)))
             }
-            Pending::CoopAttention {
-                head_dim,
-                heads,
-                t,
-                params,
-                groups,
-            } => Some(coop_attention_call(
-                (head_dim, heads),
-                (t, params, groups),
-                Some(half),
-                aux,
-            )),
+            Pending::CoopAttention(a) => Some(a.call(Some(half), aux)),
             _ => None,
         }
     }
@@ -613,13 +605,7 @@ impl Pending {
                 v,
             } => rope_store_call((q, k, pos, p), (ids, kc), Some(v), aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
-            Pending::CoopAttention {
-                head_dim,
-                heads,
-                t,
-                params,
-                groups,
-            } => coop_attention_call((head_dim, heads), (t, params, groups), None, aux),
+            Pending::CoopAttention(a) => a.call(None, aux),
             Pending::Attention {
                 t,
                 params,
@@ -739,7 +725,9 @@ impl GpuBackend {
         let in_place = match p {
             Pending::Norm { x, .. } => x.id == out.id,
             Pending::Glu { gate, up, .. } => gate.id == out.id || up.id == out.id,
-            Pending::Attention { t, .. } | Pending::CoopAttention { t, .. } => t[0].id == out.id,
+            Pending::Attention { t, .. } | Pending::CoopAttention(CoopAttention { t, .. }) => {
+                t[0].id == out.id
+            }
             _ => true,
         };
         let rounds = self.ctx.quantize_activations || self.ctx.features.fast_math;
