@@ -777,7 +777,7 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
             ("Huge", huge),
             ("HugeSplit", huge),
         ] {
-            let label = format!("MatMulCoop {{ t: {t:?}, tile: {tile}, multi: false }}");
+            let label = format!("MatMulCoop {{ t: {t:?}, tile: {tile}, multi: One }}");
             assert_eq!(
                 ran(label),
                 want,
@@ -1130,7 +1130,9 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
 /// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: repacked Q4_0
 /// and Q8_0 run the weights in one dispatch, in decode and (on cooperative
 /// matrices) in prefill, with tiles that end inside each weight and past
-/// the last token; every output against the CPU.
+/// the last token; every output against the CPU. Then again with the
+/// weights joined in one buffer (`join_weights`), which the prefill reads
+/// bound once.
 #[test]
 fn f32_mode_matmuls_of_one_input() {
     let (seed, mut b) = f32_mode_profiled_bench();
@@ -1155,45 +1157,54 @@ fn f32_mode_matmuls_of_one_input() {
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let outs: Vec<Pair> = ms.iter().map(|&m| b.output(F32, n, m)).collect();
             let rounds = f32_mode_rounds(t, n);
-            for (i, &out) in outs.iter().enumerate() {
-                let (ws, outs) = (ws.clone(), outs.clone());
-                // Past 4 tokens, the prefill kernels: on cooperative
-                // matrices, f16 operands.
-                let tol = match (n > 4, rounds) {
-                    (true, _) => 2e-6,
-                    (false, true) => 1e-6,
-                    (false, false) => 1e-7,
-                };
-                b.check(
-                    &format!("matmuls {t} {ms:?} k={k} n={n} out {i}"),
-                    tol,
-                    out,
-                    move |be, g| {
-                        let p = |t: &Pair| if g { t.gpu } else { t.cpu };
-                        let w: Vec<Tensor> = ws.iter().map(p).collect();
-                        let o: Vec<Tensor> = outs.iter().map(p).collect();
-                        let x = if rounds && !g {
-                            cpu_q8_rounded(be, x.cpu, xr.cpu)?
-                        } else {
-                            p(&x)
-                        };
-                        be.matmuls(&w, x, &o)
-                    },
-                );
+            for joined in [false, true] {
+                if joined {
+                    let gpu: Vec<Tensor> = ws.iter().map(|w| w.gpu).collect();
+                    b.gpu.join_weights(&gpu).expect("join_weights");
+                }
+                for (i, &out) in outs.iter().enumerate() {
+                    let (ws, outs) = (ws.clone(), outs.clone());
+                    // Past 4 tokens, the prefill kernels: on cooperative
+                    // matrices, f16 operands.
+                    let tol = match (n > 4, rounds) {
+                        (true, _) => 2e-6,
+                        (false, true) => 1e-6,
+                        (false, false) => 1e-7,
+                    };
+                    b.check(
+                        &format!("matmuls {t} {ms:?} k={k} n={n} joined {joined} out {i}"),
+                        tol,
+                        out,
+                        move |be, g| {
+                            let p = |t: &Pair| if g { t.gpu } else { t.cpu };
+                            let w: Vec<Tensor> = ws.iter().map(p).collect();
+                            let o: Vec<Tensor> = outs.iter().map(p).collect();
+                            let x = if rounds && !g {
+                                cpu_q8_rounded(be, x.cpu, xr.cpu)?
+                            } else {
+                                p(&x)
+                            };
+                            be.matmuls(&w, x, &o)
+                        },
+                    );
+                }
             }
         }
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
-        let multi = used.iter().any(|k| {
-            k.starts_with(&format!("MatMulCoop {{ t: {t:?},")) && k.ends_with("multi: true }")
-        });
-        assert_eq!(
-            multi,
-            coop && repacked.contains(&t),
-            "seed {seed}: {t}: kernels run: {used:?}"
-        );
+        for multi in ["Apart", "Joint"] {
+            let ran = used.iter().any(|k| {
+                k.starts_with(&format!("MatMulCoop {{ t: {t:?},"))
+                    && k.ends_with(&format!("multi: {multi} }}"))
+            });
+            assert_eq!(
+                ran,
+                coop && repacked.contains(&t),
+                "seed {seed}: {t} {multi}: kernels run: {used:?}"
+            );
+        }
     }
 }
 

@@ -229,6 +229,15 @@ pub trait Backend: Send {
         data: WeightData,
     ) -> Result<Tensor>;
 
+    /// A hint that `ws` are weights of one input that [`Backend::matmuls`]
+    /// takes together (Q, K, V; gate, up): a backend may place them side
+    /// by side in memory. Nothing else about them changes; this default
+    /// does nothing.
+    fn join_weights(&mut self, ws: &[Tensor]) -> Result<()> {
+        let _ = ws;
+        Ok(())
+    }
+
     /// Host→device copy of `bytes` into the start of `t`. On a recording
     /// backend it is ordered before every op recorded after it.
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()>;

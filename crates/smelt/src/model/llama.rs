@@ -152,6 +152,8 @@ impl Weights {
             let ffn_gate = t("ffn_gate.weight", f, e, Op::MatMul)?;
             let ffn_up = t("ffn_up.weight", f, e, Op::MatMul)?;
             let ffn_down = t("ffn_down.weight", e, f, Op::MatMul)?;
+            l.backend.join_weights(&[attn_q, attn_k, attn_v])?;
+            l.backend.join_weights(&[ffn_gate, ffn_up])?;
             let mut bias =
                 |name: &str, cols| l.optional(&format!("blk.{i}.{name}.bias"), 1, cols, Op::Add);
             let bias = [

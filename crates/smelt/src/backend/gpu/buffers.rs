@@ -13,6 +13,9 @@ use super::context::Context;
 
 pub struct Slot {
     pub buffer: wgpu::Buffer,
+    /// Where the tensor starts in `buffer`: 0, or for a weight joined with
+    /// others (`Buffers::join`) its place in their buffer.
+    pub offset: u64,
     /// The tensor's own bytes (before padding).
     pub bytes: u64,
     pub name: String,
@@ -20,6 +23,23 @@ pub struct Slot {
     /// its own tensor, with the first row of each; `buffer` is then a
     /// placeholder. Empty for every other tensor.
     pub parts: Vec<(Tensor, usize)>,
+    /// A joined weight's buffer as a tensor of its own, and the block
+    /// where this weight starts in it.
+    pub joint: Option<(Tensor, u32)>,
+}
+
+impl Slot {
+    /// The tensor's bytes (padded) as a binding.
+    pub fn binding(&self) -> wgpu::BufferBinding<'_> {
+        wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.offset,
+            // A joined weight: its own bytes of the joint buffer.
+            size: self
+                .joint
+                .and_then(|_| wgpu::BufferSize::new(padded(self.bytes))),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -186,6 +206,90 @@ impl Buffers {
         Ok(t)
     }
 
+    /// Places weights of one input (`Backend::join_weights`: Q, K, V; gate,
+    /// up) one after the other in one buffer, so that a matmul of them
+    /// binds that buffer once and picks a row's weight by arithmetic (a
+    /// branch between bindings per load made the H200's GEMMs ~25%
+    /// slower). Each stays a tensor of its own, bound at its offset, which
+    /// is a multiple of the adapter's offset alignment and of a
+    /// superblock. Only repacked weights of one type and width, none split
+    /// or joined; false (nothing changed) for any others, or where the
+    /// joint buffer would be over the binding limit.
+    pub fn join(&mut self, ctx: &Context, ws: &[Tensor]) -> Result<bool> {
+        let Some(&w0) = ws.first() else {
+            return Ok(false);
+        };
+        let alike = ws.iter().all(|w| {
+            let slot = self.slots.get(w.id as usize);
+            w.dtype == w0.dtype
+                && w.cols == w0.cols
+                && slot.is_some_and(|s| s.parts.is_empty() && s.joint.is_none() && s.bytes > 0)
+        });
+        let distinct = ws
+            .iter()
+            .enumerate()
+            .all(|(i, w)| ws[..i].iter().all(|v| v.id != w.id));
+        if ws.len() < 2 || !alike || !distinct || !ctx.features.repacks(w0.dtype) {
+            return Ok(false);
+        }
+        let ts = w0.dtype.type_size() as u64;
+        let align = u64::from(ctx.limits.min_storage_buffer_offset_alignment);
+        let step = lcm(align, 8 * ts);
+        let mut offsets = Vec::with_capacity(ws.len());
+        let mut end = 0u64;
+        for w in ws {
+            let start = end.div_ceil(step) * step;
+            offsets.push(start);
+            end = start + padded(self.slots[w.id as usize].bytes);
+        }
+        // The kernels index the joint buffer's blocks in u32.
+        if end > ctx.max_weight_binding || end / ts > u64::from(u32::MAX) {
+            return Ok(false);
+        }
+        let names: Vec<&str> = ws
+            .iter()
+            .map(|w| self.slots[w.id as usize].name.as_str())
+            .collect();
+        let what = format!("joint of {}", names.join(", "));
+        let buffer = create(ctx, &what, end - 4, false, ctx.max_weight_binding)?;
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("join"),
+            });
+        for (w, &at) in ws.iter().zip(&offsets) {
+            let slot = &self.slots[w.id as usize];
+            enc.copy_buffer_to_buffer(&slot.buffer, 0, &buffer, at, padded(slot.bytes));
+        }
+        ctx.queue.submit([enc.finish()]);
+        let rows = ws.iter().map(|w| w.rows).sum();
+        let joint = self.push(buffer.clone(), &what, end - 4, w0.dtype, rows, w0.cols);
+        for (w, &at) in ws.iter().zip(&offsets) {
+            // The weight's own buffer is freed once the copy has run.
+            let slot = &mut self.slots[w.id as usize];
+            slot.buffer = buffer.clone();
+            slot.offset = at;
+            slot.joint = Some((joint, (at / ts) as u32));
+        }
+        Ok(true)
+    }
+
+    /// The joint buffer (`join`) that holds all of `ws`, and the block where
+    /// each starts in it; `None` if they are not all in one.
+    pub fn joint(&self, ws: &[Tensor]) -> Option<(Tensor, Vec<u32>)> {
+        let mut firsts = Vec::with_capacity(ws.len());
+        let mut joint = None;
+        for w in ws {
+            let (j, first) = self.slots.get(w.id as usize)?.joint?;
+            if joint.is_some_and(|k: Tensor| k.id != j.id) {
+                return None;
+            }
+            joint = Some(j);
+            firsts.push(first);
+        }
+        joint.map(|j| (j, firsts))
+    }
+
     /// The parts of a split weight (see `load_split`), or `None`.
     pub fn parts(&self, t: Tensor) -> Option<&[(Tensor, usize)]> {
         let slot = self.slots.get(t.id as usize)?;
@@ -203,9 +307,11 @@ impl Buffers {
     ) -> Tensor {
         self.slots.push(Slot {
             buffer,
+            offset: 0,
             bytes,
             name: name.to_string(),
             parts: Vec::new(),
+            joint: None,
         });
         Tensor {
             id: (self.slots.len() - 1) as u32,
@@ -231,6 +337,14 @@ pub fn repack(data: &[u8], size: usize) -> Vec<u8> {
         sb[8 * q + 2 * j..8 * q + 2 * j + 2].copy_from_slice(&block[..2]);
     }
     out
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    let (mut x, mut y) = (a.max(1), b.max(1));
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a.max(1) / x * b.max(1)
 }
 
 fn tensor_bytes(what: &str, dtype: GgmlType, rows: usize, cols: usize) -> Result<u64> {

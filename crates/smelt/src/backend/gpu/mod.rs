@@ -107,7 +107,7 @@ impl GpuBackend {
         let mut rec = Recorder::new(&ctx);
         rec.write(
             &ctx,
-            &buffers.get(tables)?.buffer,
+            (&buffers.get(tables)?.buffer, 0),
             bytemuck::cast_slice(&tables::exact_tables()),
         );
         Ok(Self {
@@ -200,7 +200,8 @@ impl GpuBackend {
                 slot.bytes
             )));
         }
-        self.rec.write(&self.ctx, &slot.buffer, bytes);
+        self.rec
+            .write(&self.ctx, (&slot.buffer, slot.offset), bytes);
         self.acts_of = None;
         Ok(())
     }
@@ -216,7 +217,7 @@ impl GpuBackend {
                 slot.bytes
             )));
         }
-        self.rec.read(&self.ctx, &slot.buffer, out)
+        self.rec.read(&self.ctx, (&slot.buffer, slot.offset), out)
     }
 
     fn sync(&mut self) -> Result<()> {
@@ -253,7 +254,7 @@ impl GpuBackend {
         }
         let mut bound = Vec::with_capacity(tensors.len());
         for t in tensors {
-            bound.push((t.id, &self.buffers.get(*t)?.buffer));
+            bound.push((t.id, self.buffers.get(*t)?.binding()));
         }
         self.rec.dispatch(
             &self.ctx,

@@ -13,7 +13,7 @@ use crate::quant::GgmlType::{self, F16, F32};
 use super::pending::{CoopAttention, DotIn, matvec_call, multi_call};
 use super::pipelines::{
     COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
-    WEIGHT_TYPES, coop_attention_heads, has_min,
+    Multi, WEIGHT_TYPES, coop_attention_heads, has_min,
 };
 use super::{GpuBackend, MATVEC_MAX_TOKENS, MatIn, P, Pending, params};
 
@@ -122,6 +122,16 @@ impl Backend for GpuBackend {
         data: WeightData,
     ) -> Result<Tensor> {
         self.load(name, dtype, rows, cols, &data)
+    }
+
+    fn join_weights(&mut self, ws: &[Tensor]) -> Result<()> {
+        // Only the prefill matmuls on cooperative matrices read them joined
+        // (`matmuls_coop`).
+        if self.ctx.features.coop != 0 {
+            self.flush_pending()?;
+            self.buffers.join(&self.ctx, ws)?;
+        }
+        Ok(())
     }
 
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
@@ -557,28 +567,34 @@ impl GpuBackend {
         for &out in outs {
             self.wrote(out);
         }
-        self.run(
-            Kernel::MatMulCoop {
-                t: w.dtype,
-                tile,
-                multi: true,
-            },
-            params(&[
-                u(w.rows),
-                u(w.cols),
-                u(n),
-                u(row_bytes),
-                u(all),
-                u(w.rows),
-                u(0),
-                u(ws[1].rows),
-                u(m2),
-                u(tiles[0]),
-                u(tiles[0] + tiles[1]),
-            ]),
-            &[w, half, outs[0], ws[1], outs[1], w2, o2],
-            (all * n.div_ceil(tn)) as u64,
-        )
+        let mut p = params(&[
+            u(w.rows),
+            u(w.cols),
+            u(n),
+            u(row_bytes),
+            u(all),
+            u(w.rows),
+            u(0),
+            u(ws[1].rows),
+            u(m2),
+            u(tiles[0]),
+            u(tiles[0] + tiles[1]),
+        ]);
+        // Weights side by side in one buffer: bound once, each from its
+        // first block.
+        let (multi, bound) = match self.buffers.joint(ws) {
+            Some((joint, firsts)) => {
+                p[11..11 + firsts.len()].copy_from_slice(&firsts);
+                (Multi::Joint, vec![joint, half, outs[0], outs[1], o2])
+            }
+            None => (Multi::Apart, vec![w, half, outs[0], ws[1], outs[1], w2, o2]),
+        };
+        let kernel = Kernel::MatMulCoop {
+            t: w.dtype,
+            tile,
+            multi,
+        };
+        self.run(kernel, p, &bound, (all * n.div_ceil(tn)) as u64)
     }
 
     /// `out[:, o0 .. o0 + w.rows] = x · wᵀ`: the whole matmul (o0 = 0), or
@@ -649,7 +665,7 @@ impl GpuBackend {
                 let kernel = Kernel::MatMulCoop {
                     t: w.dtype,
                     tile,
-                    multi: false,
+                    multi: Multi::One,
                 };
                 let groups = (tiles_m * n.div_ceil(tn) * parts) as u64;
                 if parts == 1 {

@@ -140,12 +140,11 @@ pub enum Kernel {
     MatMul(GgmlType),
     /// Prefill on cooperative matrices (f16 operands, f32 sums), where the
     /// adapter has them (`ShaderFeatures::coop`), in tiles of one of four
-    /// shapes; `multi`: up to 3 repacked weights of one input in one
-    /// dispatch (`Backend::matmuls`).
+    /// shapes, of one weight or several (`Multi`).
     MatMulCoop {
         t: GgmlType,
         tile: CoopTile,
-        multi: bool,
+        multi: Multi,
     },
     /// A legacy quant on Q8-rounded activations in ggml's arithmetic, a
     /// quad of invocations per row carrying up to 4 tokens (decode) ...
@@ -224,6 +223,16 @@ pub enum Kernel {
     SetRowsPair(GgmlType),
     /// Rounds activations as ggml's matmul does (`quantize.wgsl`).
     QuantizeActs(ActQuant),
+}
+
+/// The weights of a `MatMulCoop` dispatch: one, or up to 3 repacked
+/// weights of one input (`Backend::matmuls`) bound each on its own, or
+/// bound once as the joint buffer that holds them all (`Buffers::join`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Multi {
+    One,
+    Apart,
+    Joint,
 }
 
 /// Adapter capabilities a kernel may be built for.
@@ -570,14 +579,12 @@ impl Kernel {
                 v.push(Kernel::MatMulCoop {
                     t,
                     tile,
-                    multi: false,
+                    multi: Multi::One,
                 });
                 if tile != CoopTile::HugeSplit {
-                    v.push(Kernel::MatMulCoop {
-                        t,
-                        tile,
-                        multi: true,
-                    });
+                    for multi in [Multi::Apart, Multi::Joint] {
+                        v.push(Kernel::MatMulCoop { t, tile, multi });
+                    }
                 }
             }
         }
@@ -670,7 +677,7 @@ impl Kernel {
     pub fn builds_with(self, f: ShaderFeatures) -> bool {
         match self {
             Kernel::MatMulCoop { t, multi, .. } => {
-                f.coop != 0 && f.shader_f16 && f.subgroups && (!multi || f.repacks(t))
+                f.coop != 0 && f.shader_f16 && f.subgroups && (multi == Multi::One || f.repacks(t))
             }
             Kernel::MatVecMulti { t, .. }
             | Kernel::MatVecDot { t, .. }
@@ -699,9 +706,20 @@ impl Kernel {
                 ..
             } => &[R, R, RW, RW],
             // Activations read-only: the driver may use its read-only cache.
-            Kernel::MatVec(_) | Kernel::MatMulCoop { multi: false, .. } => &[R, R, RW],
-            // With MULTI, the other weights and outputs after them.
-            Kernel::MatMulCoop { multi: true, .. } => &[R, R, RW, R, RW, R, RW],
+            Kernel::MatVec(_)
+            | Kernel::MatMulCoop {
+                multi: Multi::One, ..
+            } => &[R, R, RW],
+            // With MULTI, the other weights and outputs after them ...
+            Kernel::MatMulCoop {
+                multi: Multi::Apart,
+                ..
+            } => &[R, R, RW, R, RW, R, RW],
+            // ... or (JOINT) the other outputs.
+            Kernel::MatMulCoop {
+                multi: Multi::Joint,
+                ..
+            } => &[R, R, RW, RW, RW],
             // Weights, Q8 quants, scales, out ...
             Kernel::MatVecDot {
                 residual: false, ..
@@ -841,8 +859,11 @@ impl Kernel {
             }
             Kernel::MatMulCoop { t, tile, multi } => {
                 type_defines(t, &mut def);
-                if multi {
+                if multi != Multi::One {
                     def("MULTI");
+                }
+                if multi == Multi::Joint {
+                    def("JOINT");
                 }
                 if tile == CoopTile::HugeSplit {
                     def("SPLIT");

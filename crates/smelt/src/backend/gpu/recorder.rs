@@ -204,7 +204,7 @@ impl Recorder {
         pipelines: &mut PipelineCache,
         kernel: Kernel,
         params: &Params,
-        buffers: &[(u32, &wgpu::Buffer)],
+        buffers: &[(u32, wgpu::BufferBinding)],
         groups: u64,
     ) -> Result<()> {
         if groups == 0 {
@@ -251,7 +251,7 @@ impl Recorder {
             for (i, (_, b)) in buffers.iter().enumerate() {
                 entries.push(wgpu::BindGroupEntry {
                     binding: i as u32 + 1,
-                    resource: b.as_entire_binding(),
+                    resource: wgpu::BindingResource::Buffer(b.clone()),
                 });
             }
             ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -287,7 +287,7 @@ impl Recorder {
 
     /// Records a copy of `bytes` into the start of `dst`, ordered after the
     /// ops recorded so far and before those recorded later.
-    pub fn write(&mut self, ctx: &Context, dst: &wgpu::Buffer, bytes: &[u8]) {
+    pub fn write(&mut self, ctx: &Context, (dst, at): (&wgpu::Buffer, u64), bytes: &[u8]) {
         let len = bytes.len().div_ceil(4) * 4;
         if len == 0 {
             return;
@@ -297,7 +297,7 @@ impl Recorder {
             // submission, which is all the contract asks.
             let mut data = bytes.to_vec();
             data.resize(len, 0);
-            ctx.queue.write_buffer(dst, 0, &data);
+            ctx.queue.write_buffer(dst, at, &data);
             return;
         }
         // Ops are pending that may read `dst` as it was: stage the bytes
@@ -319,7 +319,7 @@ impl Recorder {
         staging.unmap();
         self.end_pass();
         self.encoder(ctx)
-            .copy_buffer_to_buffer(&staging, 0, dst, 0, len as u64);
+            .copy_buffer_to_buffer(&staging, 0, dst, at, len as u64);
     }
 
     /// Submits everything recorded, without waiting (unless profiling).
@@ -350,7 +350,12 @@ impl Recorder {
 
     /// Submits everything recorded plus a copy of `src`'s first `out.len()`
     /// bytes, waits, and returns them: one submission per step.
-    pub fn read(&mut self, ctx: &Context, src: &wgpu::Buffer, out: &mut [u8]) -> Result<()> {
+    pub fn read(
+        &mut self,
+        ctx: &Context,
+        (src, at): (&wgpu::Buffer, u64),
+        out: &mut [u8],
+    ) -> Result<()> {
         let len = (out.len().div_ceil(4) * 4) as u64;
         if len == 0 {
             return self.wait(ctx);
@@ -366,7 +371,7 @@ impl Recorder {
         self.end_pass();
         let readback = self.readback.clone().expect("created above");
         self.encoder(ctx)
-            .copy_buffer_to_buffer(src, 0, &readback, 0, len);
+            .copy_buffer_to_buffer(src, at, &readback, 0, len);
         self.submit(ctx)?;
         let slice = readback.slice(..len);
         let (tx, rx) = std::sync::mpsc::channel();

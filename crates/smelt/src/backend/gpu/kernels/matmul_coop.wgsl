@@ -49,6 +49,10 @@
 // the other, so the small K and V projections fill the GPU together with
 // Q; weight i > 0 is bound as wq{i} and writes all of out{i}. Params: 4
 // the tiles of all, 7 m1, 8 m2, 9 and 10 the first tiles of w1 and w2.
+// With JOINT the weights are side by side in one buffer (`Buffers::join`),
+// bound once as wq, weight i from its first block, param 11 + i: a load
+// then needs no branch on the weight, which made the H200's multi GEMMs
+// ~25% slower (8b's K and V 5.1 against 6.4 µs a token).
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
@@ -57,14 +61,21 @@
 @group(0) @binding(4) var<storage, read_write> sums1: array<f32>; // (n, m)
 #endif
 #ifdef MULTI
+#ifdef JOINT
+@group(0) @binding(4) var<storage, read_write> out1: array<f32>; // (n, m1)
+@group(0) @binding(5) var<storage, read_write> out2: array<f32>; // (n, m2)
+#else
 @group(0) @binding(4) var<storage, read> wq1: array<{{WQ}}>;       // (m1, k)
 @group(0) @binding(5) var<storage, read_write> out1: array<f32>; // (n, m1)
 @group(0) @binding(6) var<storage, read> wq2: array<{{WQ}}>;       // (m2, k)
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>; // (n, m2)
 #endif
+#endif
 // The weight this workgroup's rows are of (MULTI's i; else 0), which
 // quant.wgsl's loads read; with SPLIT the half of k (2: past the tiles).
 var<private> part: u32;
+// The block where the weight's rows start in wq (JOINT; else 0).
+var<private> first_block: u32;
 
 const FS: u32 = {{FS}}u;
 const FM: u32 = {{FM}}u;
@@ -122,7 +133,7 @@ fn fetch(lid: u32, k0: u32, r0: u32, t0: u32, m: u32) -> Step {
     for (var c = 0u; c < NW; c++) {
         let i = lid + c * WG;
         let r = min(r0 + i / (TK / 8u), m - 1u);
-        s.w[c] = ld8(r * pu(3), k0 / 8u + i % (TK / 8u));
+        s.w[c] = ld8(first_block + r * pu(3), k0 / 8u + i % (TK / 8u));
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
@@ -233,6 +244,9 @@ fn main(
         m = pu(7);
         r0 = (gm - pu(9)) * TM;
     }
+#ifdef JOINT
+    first_block = pu(11u + part);
+#endif
 #endif
     // No early return for a workgroup past the tiles (a grid spilled into
     // y): cooperative ops need uniform control flow, so it computes a

@@ -149,7 +149,8 @@ fn sb_words(q: u32, base: u32, at: u32, b: u32) -> R8 {
     let s = base + at + (b % 8u) / 2u;
 #ifdef WQ_PAIRS
 #ifdef MULTI
-    // matmul_coop.wgsl's other weights.
+#ifndef JOINT
+    // matmul_coop.wgsl's other weights, bound apart.
     if (part == 1u) {
         let p1 = wq1[q / 2u];
         return R8(p1.x, p1.y, wq1[s / 2u][s % 2u], (b & 1u) * 16u);
@@ -158,6 +159,7 @@ fn sb_words(q: u32, base: u32, at: u32, b: u32) -> R8 {
         let p2 = wq2[q / 2u];
         return R8(p2.x, p2.y, wq2[s / 2u][s % 2u], (b & 1u) * 16u);
     }
+#endif
 #endif
     let p = wq[q / 2u];
     return R8(p.x, p.y, wq[s / 2u][s % 2u], (b & 1u) * 16u);
