@@ -944,6 +944,69 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
     );
 }
 
+/// Prefill in the f32-activation mode, gate and up joined in one buffer
+/// (`join_weights`) and each on huge tiles: the two matmuls, the GLU after
+/// them and the f16 blocks of its output for the down matmul are one
+/// dispatch (`MatMulCoop` with `Glu`), with tiles that end inside the
+/// features and past the last token. Gate, up, the GLU and down against
+/// the CPU, with nothing after the matmuls, after the GLU, and the whole
+/// FFN; the dispatch count and which kernels ran.
+#[test]
+fn f32_mode_prefill_gate_up_glu_joined() {
+    let (seed, mut b) = f32_mode_profiled_bench();
+    let coop = b.gpu.features().coop != 0;
+    let fused = coop && b.gpu.coop_huge();
+    let (n, k, m) = (260usize, 64usize, 8224usize);
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for gelu in [false, true] {
+            let x = b.f32s(n, k, 1.0);
+            let (wg, wu, wd) = (b.weight(t, m, k), b.weight(t, m, k), b.weight(t, k, m));
+            b.gpu.join_weights(&[wg.gpu, wu.gpu]).expect("join_weights");
+            let (g, u) = (b.output(F32, n, m), b.output(F32, n, m));
+            let (act, out) = (b.output(F32, n, m), b.output(F32, n, k));
+            let steps = move |be: &mut dyn Backend, gpu: bool, last: usize| {
+                let p = |t: Pair| if gpu { t.gpu } else { t.cpu };
+                be.matmuls(&[p(wg), p(wu)], p(x), &[p(g), p(u)])?;
+                if last > 0 {
+                    glu(be, gelu, p(g), p(u), p(act))?;
+                }
+                if last > 1 {
+                    be.matmul(p(wd), p(act), p(out))?;
+                }
+                Ok(())
+            };
+            let name = format!("{t} gelu={gelu} gate, up, glu, down n={n} m={m}");
+            b.check(&format!("{name}: gate"), 2e-6, g, move |be, gpu| {
+                steps(be, gpu, 0)
+            });
+            b.check(&format!("{name}: up"), 2e-6, u, move |be, gpu| {
+                steps(be, gpu, 0)
+            });
+            b.check(&format!("{name}: glu"), 1e-5, act, move |be, gpu| {
+                steps(be, gpu, 1)
+            });
+            let ffn = move |be: &mut dyn Backend, gpu: bool| steps(be, gpu, 2);
+            b.check(&format!("{name}: gate after the ffn"), 2e-6, g, ffn);
+            b.check(&format!("{name}: glu after the ffn"), 1e-5, act, ffn);
+            b.check(&format!("{name}: down"), 1e-5, out, ffn);
+            // x's f16 blocks, then gate, up and GLU, then down.
+            let want = if fused { 3 } else { 4 };
+            assert_eq!(gpu_dispatches(&mut b, ffn), want, "{name}");
+        }
+    }
+    b.assert_passed(seed);
+    let used = kernels_run(&b);
+    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for op in ["SiluMul", "GeluMul"] {
+            let glu = format!("MatMulCoop {{ t: {t:?}, tile: Huge, multi: Glu({op}) }}");
+            assert_eq!(ran(&glu), fused, "seed {seed}: kernels run: {used:?}");
+        }
+    }
+    let apart = coop && !fused;
+    assert_eq!(ran("GluHalf"), apart, "seed {seed}: kernels run: {used:?}");
+}
+
 /// The GELU or SiLU GLU of gate and up into out.
 fn glu(
     be: &mut dyn Backend,

@@ -75,8 +75,11 @@ struct Acts {
     /// The set that holds the cached rounding (`acts_of`).
     q8_set: usize,
     /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
-    /// matmul (`half_input`).
-    half: Option<Tensor>,
+    /// matmul (`half_input`). Two sets, as `q8`: a fused op that reads one
+    /// set (`Pending::CoopGateUp`) writes its output's blocks to the other.
+    half: [Option<Tensor>; 2],
+    /// The set that holds the cached blocks (`acts_of`).
+    half_set: usize,
 }
 
 /// What `acts` holds for the tensor named in `acts_of`.
@@ -414,23 +417,26 @@ impl GpuBackend {
     /// multiple of 32 (the caller's condition for the coop matmul).
     fn half_input(&mut self, x: Tensor) -> Result<Tensor> {
         let cap = self.grow_acts(x.n_elements());
-        let half = match self.acts.half {
+        let key = Some((x.id, x.rows, x.cols, Held::Half));
+        let held = self.pending.filter(|p| p.out() == x);
+        let set = match held {
+            Some(p) if self.acts_of != key && p.reads_half() => 1 - self.acts.half_set,
+            _ => self.acts.half_set,
+        };
+        let half = match self.acts.half[set] {
             Some(t) => t,
             None => {
                 let t = self.alloc_tensor(GgmlType::F16, 1, cap)?;
-                self.acts.half = Some(t);
+                self.acts.half[set] = Some(t);
                 t
             }
         };
         let half = half.reshape(x.rows, x.cols);
-        let key = Some((x.id, x.rows, x.cols, Held::Half));
         if self.acts_of != key {
+            self.acts.half_set = set;
             // The op held back whose output x is writes both, if it can.
             let (f, aux) = (self.ctx.features, self.aux());
-            let fused = self
-                .pending
-                .filter(|p| p.out() == x)
-                .and_then(|p| p.half_dispatch(half, f, aux));
+            let fused = held.and_then(|p| p.half_dispatch(half, f, aux));
             let (kernel, params, bound, groups) = match fused {
                 Some(call) => {
                     self.pending = None;

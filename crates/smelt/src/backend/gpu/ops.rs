@@ -10,7 +10,7 @@ use crate::backend::{
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
-use super::pending::{CoopAttention, DotIn, matvec_call, multi_call};
+use super::pending::{CoopAttention, CoopGateUp, DotIn, matvec_call, multi_call};
 use super::pipelines::{
     COOP_ATTENTION_HEAD_DIMS, CoopTile, Elementwise, Kernel, MATMUL_Q8_TOKENS, MATVEC_Q8_TOKENS,
     Multi, WEIGHT_TYPES, coop_attention_heads, has_min,
@@ -264,6 +264,10 @@ impl Backend for GpuBackend {
     }
 
     fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
+        // Gate and up on cooperative matrices: held for the GLU after them.
+        if let Some(g) = self.coop_gate_up(ws, x, outs)? {
+            return self.hold_coop_gate_up(g);
+        }
         let coop = self.multi_coop(ws, x, outs);
         if coop.is_none() && !self.multi_matvec(ws, x, outs) {
             for (&w, &out) in ws.iter().zip(outs) {
@@ -521,6 +525,52 @@ impl GpuBackend {
         }
         let rows: Vec<usize> = ws.iter().map(|w| w.rows).collect();
         CoopTile::group(f.coop, &rows, x.rows, self.ctx.coop_huge)
+    }
+
+    /// Gate and up as `Pending::CoopGateUp`: prefill on cooperative
+    /// matrices, as `multi_coop` takes it, of two weights of the same rows
+    /// (a multiple of 32), each on huge tiles, joined in one buffer; None
+    /// for anything else.
+    fn coop_gate_up(
+        &mut self,
+        ws: &[Tensor],
+        x: Tensor,
+        outs: &[Tensor],
+    ) -> Result<Option<CoopGateUp>> {
+        let f = self.ctx.features;
+        let (&[w0, w1], &[o0, o1]) = (ws, outs) else {
+            return Ok(None);
+        };
+        let kernel = Kernel::MatMulCoop {
+            t: w0.dtype,
+            tile: CoopTile::Huge,
+            multi: Multi::Glu(Elementwise::SiluMul),
+        };
+        let fits = !self.ctx.quantize_activations
+            && x.rows > MATVEC_MAX_TOKENS
+            && x.cols.is_multiple_of(32)
+            && kernel.builds_with(f)
+            && w0.rows == w1.rows
+            && w0.rows.is_multiple_of(32)
+            && CoopTile::pick(f.coop, w0.rows, x.rows, self.ctx.coop_huge) == CoopTile::Huge
+            && self.multi_repacked(ws, x, outs);
+        let joint = match self.buffers.joint(ws) {
+            Some((joint, firsts)) if fits => (joint, [firsts[0], firsts[1]]),
+            _ => return Ok(None),
+        };
+        for (&w, &out) in ws.iter().zip(outs) {
+            self.require(Op::MatMul, w.dtype)?;
+            contract::matmul(w, x, out)?;
+        }
+        Ok(Some(CoopGateUp {
+            w: [w0, w1],
+            joint,
+            x: self.half_input(x)?,
+            outs: [o0, o1],
+            glu: None,
+            tile: f.coop_tile(CoopTile::Huge),
+            row_bytes: self.row_param(w0.dtype, w0.cols),
+        }))
     }
 
     /// 2 or 3 repacked weights of one type and width, none split, and

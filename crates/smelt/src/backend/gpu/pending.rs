@@ -25,7 +25,7 @@
 use crate::backend::{Result, RopeMode, RopeParams, Tensor};
 use crate::quant::GgmlType;
 
-use super::pipelines::{Elementwise, Kernel, ROPE_HEADS, ShaderFeatures, WG_ROW};
+use super::pipelines::{CoopTile, Elementwise, Kernel, Multi, ROPE_HEADS, ShaderFeatures, WG_ROW};
 
 /// The longest row the mat-vecs take their norm into (matvec_blocks.wgsl's
 /// NORM_BLOCKS blocks of 32).
@@ -126,6 +126,11 @@ pub(super) enum Pending {
         outs: [Tensor; 2],
         glu: Option<(Elementwise, Tensor)>,
     },
+    /// Gate and up on cooperative matrices, joined (prefill, f32 mode;
+    /// `Multi::Glu`): the GLU of their outputs next joins them, and then
+    /// the next coop matmul of its output has the same dispatch write its
+    /// f16 blocks too; anything else dispatches them with what joined.
+    CoopGateUp(CoopGateUp),
     /// A repacked decode mat-vec (f32 mode) of Q8-rounded activations
     /// `x` (quants, scales, sums), `out = x · wᵀ`: a residual add of `out`
     /// next joins it.
@@ -480,6 +485,62 @@ impl CoopAttention {
     }
 }
 
+/// Gate and up on cooperative matrices (`Pending::CoopGateUp`): the
+/// weights, the joint buffer that holds them and the blocks where each
+/// starts in it, the input's f16 blocks, the outputs, the GLU that joined
+/// (op, output), and the tile (rows × tokens) and `row_bytes` parameter.
+#[derive(Clone, Copy)]
+pub(super) struct CoopGateUp {
+    pub(super) w: [Tensor; 2],
+    pub(super) joint: (Tensor, [u32; 2]),
+    pub(super) x: Tensor,
+    pub(super) outs: [Tensor; 2],
+    pub(super) glu: Option<(Elementwise, Tensor)>,
+    pub(super) tile: (usize, usize),
+    pub(super) row_bytes: usize,
+}
+
+impl CoopGateUp {
+    /// Its dispatch: gate and up, the GLU if one joined, and with `half`
+    /// the GLU's f16 blocks (`MatMulCoop` with `Multi::Glu`, huge tiles of
+    /// TM / 2 features).
+    fn call(self, half: Option<Tensor>, aux: Aux) -> Call {
+        let (w, n) = (self.w[0], self.x.rows);
+        let (tm, tn) = self.tile;
+        let tiles = w.rows.div_ceil(tm / 2);
+        let (joint, [g0, u0]) = self.joint;
+        let flags = u32::from(self.glu.is_some()) | (u32::from(half.is_some()) << 1);
+        let mut p = params(&[
+            P::U(w.rows as u32),
+            P::U(w.cols as u32),
+            P::U(n as u32),
+            P::U(self.row_bytes as u32),
+            P::U(tiles as u32),
+            P::U(w.rows as u32),
+            P::U(0),
+            P::U(flags),
+        ]);
+        p[11] = g0;
+        p[12] = u0;
+        // Nothing is written to what the flags leave out.
+        let (op, act) = self.glu.unwrap_or((Elementwise::SiluMul, aux.dummy));
+        let bound = vec![
+            joint,
+            self.x,
+            self.outs[0],
+            self.outs[1],
+            act,
+            half.unwrap_or(aux.dummy),
+        ];
+        let kernel = Kernel::MatMulCoop {
+            t: w.dtype,
+            tile: CoopTile::Huge,
+            multi: Multi::Glu(op),
+        };
+        (kernel, p, bound, (tiles * n.div_ceil(tn)) as u64)
+    }
+}
+
 /// `sum = a + b`, then `rms_norm(sum, w, eps, out)` (`Pending::AddNorm`).
 #[derive(Clone, Copy)]
 pub(super) struct AddNorm {
@@ -518,7 +579,10 @@ impl Pending {
             | Pending::MatVec { out, .. } => out,
             Pending::Ropes { store, k, .. } => store.map_or(k.1, |(_, kc)| kc),
             Pending::RopeStore { v, .. } => v.1,
-            Pending::GateUp { outs, glu, .. } => glu.map_or(outs[1], |(_, act)| act),
+            Pending::GateUp { outs, glu, .. }
+            | Pending::CoopGateUp(CoopGateUp { outs, glu, .. }) => {
+                glu.map_or(outs[1], |(_, act)| act)
+            }
             Pending::Attention { t, .. } | Pending::CoopAttention(CoopAttention { t, .. }) => t[5],
             Pending::SetRows { dst, .. } => dst,
         }
@@ -546,6 +610,12 @@ impl Pending {
         )
     }
 
+    /// Whether it reads the backend's f16 blocks (so its own output's go
+    /// to the other set).
+    pub(super) fn reads_half(&self) -> bool {
+        matches!(self, Pending::CoopGateUp(_))
+    }
+
     /// The dispatch of the op that also writes its output as `HalfBlocks`
     /// does, into `half`, for the next matmul on cooperative matrices
     /// (`GpuBackend::half_input`): a GLU (`GluHalf`), an add and norm
@@ -571,6 +641,7 @@ impl Pending {
                 Some(n.call(Some(half)))
             }
             Pending::CoopAttention(a) => Some(a.call(Some(half), aux)),
+            Pending::CoopGateUp(g) if g.glu.is_some() => Some(g.call(Some(half), aux)),
             _ => None,
         }
     }
@@ -606,6 +677,7 @@ impl Pending {
             } => rope_store_call((q, k, pos, p), (ids, kc), Some(v), aux),
             Pending::SetRows { src, ids, dst } => set_rows_call((src, ids, dst), None),
             Pending::CoopAttention(a) => a.call(None, aux),
+            Pending::CoopGateUp(g) => g.call(None, aux),
             Pending::Attention {
                 t,
                 params,
@@ -1026,9 +1098,9 @@ impl GpuBackend {
         Ok(())
     }
 
-    /// `out = op(gate) · up` joining the gate and up mat-vecs held back,
-    /// if they made `gate` and `up` and `out` is none of their tensors;
-    /// false otherwise.
+    /// `out = op(gate) · up` joining the gate and up mat-vecs (or coop
+    /// matmuls) held back, if they made `gate` and `up` and `out` is none
+    /// of their tensors; false otherwise.
     pub(super) fn glu_of_gate_up(
         &mut self,
         op: Elementwise,
@@ -1036,6 +1108,18 @@ impl GpuBackend {
         up: Tensor,
         out: Tensor,
     ) -> bool {
+        if let Some(Pending::CoopGateUp(g)) = self.pending {
+            let apart = [g.joint.0, g.x, g.outs[0], g.outs[1]]
+                .iter()
+                .all(|t| t.id != out.id);
+            if g.glu.is_some() || g.outs != [gate, up] || !apart {
+                return false;
+            }
+            self.wrote(out);
+            let glu = Some((op, out));
+            self.pending = Some(Pending::CoopGateUp(CoopGateUp { glu, ..g }));
+            return true;
+        }
         let Some(Pending::GateUp {
             w,
             x,
@@ -1061,6 +1145,17 @@ impl GpuBackend {
             glu: Some((op, out)),
         });
         true
+    }
+
+    /// Holds gate and up on cooperative matrices back (see
+    /// `Pending::CoopGateUp`), after dispatching what was held.
+    pub(super) fn hold_coop_gate_up(&mut self, g: CoopGateUp) -> Result<()> {
+        self.flush_pending()?;
+        for out in g.outs {
+            self.wrote(out);
+        }
+        self.pending = Some(Pending::CoopGateUp(g));
+        Ok(())
     }
 
     /// Holds a repacked decode mat-vec back (f32 mode, whole rows of

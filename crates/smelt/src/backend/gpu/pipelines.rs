@@ -228,11 +228,15 @@ pub enum Kernel {
 /// The weights of a `MatMulCoop` dispatch: one, or up to 3 repacked
 /// weights of one input (`Backend::matmuls`) bound each on its own, or
 /// bound once as the joint buffer that holds them all (`Buffers::join`).
+/// `Glu`: gate and up joined, each tile's rows gate and up rows of the
+/// same features in turns of a fragment, written with `out = op(gate) ·
+/// up` and that as the next coop matmul's f16 blocks (`Pending::CoopGateUp`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Multi {
     One,
     Apart,
     Joint,
+    Glu(Elementwise),
 }
 
 /// Adapter capabilities a kernel may be built for.
@@ -446,17 +450,26 @@ impl CoopShape {
 
     /// The accumulators as FM × FN variables (`acc{f}`, f = j · FM + i for
     /// fragment row i and token j): their declarations, one step of
-    /// multiplies, and their stores.
-    fn accumulator_code(self, fs: u32) -> [(&'static str, String); 3] {
+    /// multiplies, and their stores; with `glu`, fragment rows 2i (gate)
+    /// and 2i + 1 (up) stored as a pair (`glu_gate`, `glu_emit`).
+    fn accumulator_code(self, fs: u32, glu: bool) -> [(&'static str, String); 3] {
         let n = self.fm * self.fn_;
         let mut decl = String::new();
         let mut step = String::new();
         let mut out = String::new();
         for f in 0..n {
             decl += &format!("    var acc{f}: coop_mat{fs}x{fs}<f32, C>;\n");
-            out += &format!(
-                "    coopStoreT(acc{f}, &cs[c0], FS);\n    emit({f}u, c0, t0 + st, r0 + sr, sl, sgs, m);\n"
-            );
+            if !glu {
+                out += &format!(
+                    "    coopStoreT(acc{f}, &cs[c0], FS);\n    emit({f}u, c0, t0 + st, r0 + sr, sl, sgs, m);\n"
+                );
+            } else if f % 2 == 0 {
+                let up = f + 1;
+                out += &format!(
+                    "    coopStoreT(acc{f}, &cs[c0], FS);\n    glu_gate(c0, sl);\n    \
+                     coopStoreT(acc{up}, &cs[c0], FS);\n    glu_emit({f}u, c0, t0 + st, r0 + sr / 2u, sl, m);\n"
+                );
+            }
         }
         for i in 0..self.fm {
             step += &format!("            let b{i} = frag_b(sr, {i}u, kk);\n");
@@ -583,6 +596,12 @@ impl Kernel {
                 });
                 if tile != CoopTile::HugeSplit {
                     for multi in [Multi::Apart, Multi::Joint] {
+                        v.push(Kernel::MatMulCoop { t, tile, multi });
+                    }
+                }
+                if tile == CoopTile::Huge && matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0) {
+                    for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
+                        let multi = Multi::Glu(op);
                         v.push(Kernel::MatMulCoop { t, tile, multi });
                     }
                 }
@@ -720,6 +739,11 @@ impl Kernel {
                 multi: Multi::Joint,
                 ..
             } => &[R, R, RW, RW, RW],
+            // With GLU, up's output, the GLU's and its f16 blocks.
+            Kernel::MatMulCoop {
+                multi: Multi::Glu(_),
+                ..
+            } => &[R, R, RW, RW, RW, RW],
             // Weights, Q8 quants, scales, out ...
             Kernel::MatVecDot {
                 residual: false, ..
@@ -859,11 +883,20 @@ impl Kernel {
             }
             Kernel::MatMulCoop { t, tile, multi } => {
                 type_defines(t, &mut def);
-                if multi != Multi::One {
-                    def("MULTI");
-                }
-                if multi == Multi::Joint {
-                    def("JOINT");
+                match multi {
+                    Multi::One => {}
+                    Multi::Apart => def("MULTI"),
+                    Multi::Joint => {
+                        def("MULTI");
+                        def("JOINT");
+                    }
+                    Multi::Glu(op) => {
+                        def("GLU");
+                        def(match op {
+                            Elementwise::GeluMul => "GELU_MUL",
+                            _ => "SILU_MUL",
+                        });
+                    }
                 }
                 if tile == CoopTile::HugeSplit {
                     def("SPLIT");
@@ -875,7 +908,11 @@ impl Kernel {
                 defines.push(("SR", c.sr.to_string()));
                 defines.push(("ST", c.st.to_string()));
                 staging_defines(f.coop, &mut defines);
-                defines.extend(c.accumulator_code(f.coop));
+                let glu = matches!(multi, Multi::Glu(_));
+                defines.extend(c.accumulator_code(f.coop, glu));
+                if glu {
+                    parts.push(src::EXACT);
+                }
                 parts.extend([src::QUANT, src::MATMUL_COOP]);
             }
             Kernel::GetRows(t) | Kernel::MatVec(t) | Kernel::MatMul(t) => {

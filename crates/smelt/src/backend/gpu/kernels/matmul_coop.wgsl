@@ -53,6 +53,14 @@
 // bound once as wq, weight i from its first block, param 11 + i: a load
 // then needs no branch on the weight, which made the H200's multi GEMMs
 // ~25% slower (8b's K and V 5.1 against 6.4 µs a token).
+//
+// GLU (repacked types): gate and up joined in wq (from blocks params 11 and
+// 12), and a tile's rows gate and up rows of the same TM / 2 features in
+// turns of FS: a subgroup's fragment rows 2i and 2i + 1 are then the gate
+// and up of the same features, which `glu_emit` stores together with
+// act = op(gate) · up (param 7 bit 0) and act as the next coop matmul's
+// f16 blocks (bit 1), where a `GluHalf` dispatch would read gate and up
+// back. Param 4 the tiles along the features (m, a multiple of 32).
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
@@ -70,6 +78,11 @@
 @group(0) @binding(6) var<storage, read> wq2: array<{{WQ}}>;       // (m2, k)
 @group(0) @binding(7) var<storage, read_write> out2: array<f32>; // (n, m2)
 #endif
+#endif
+#ifdef GLU
+@group(0) @binding(4) var<storage, read_write> out1: array<f32>;   // (n, m) up
+@group(0) @binding(5) var<storage, read_write> act: array<f32>;    // (n, m)
+@group(0) @binding(6) var<storage, read_write> halves: array<u32>; // (m / 32, n, 32) f16 pairs
 #endif
 // The weight this workgroup's rows are of (MULTI's i; else 0), which
 // quant.wgsl's loads read; with SPLIT the half of k (2: past the tiles).
@@ -132,8 +145,16 @@ fn fetch(lid: u32, k0: u32, r0: u32, t0: u32, m: u32) -> Step {
     var s: Step;
     for (var c = 0u; c < NW; c++) {
         let i = lid + c * WG;
+#ifdef GLU
+        // Tile row i / 4: gate or up row of feature r0 + ....
+        let tr = i / (TK / 8u);
+        let r = min(r0 + (tr / (2u * FS)) * FS + tr % FS, m - 1u);
+        let first = select(pu(11), pu(12), (tr / FS) % 2u == 1u);
+#else
         let r = min(r0 + i / (TK / 8u), m - 1u);
-        s.w[c] = ld8(first_block + r * pu(3), k0 / 8u + i % (TK / 8u));
+        let first = first_block;
+#endif
+        s.w[c] = ld8(first + r * pu(3), k0 / 8u + i % (TK / 8u));
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
@@ -210,6 +231,64 @@ fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32, m: u32) {
     workgroupBarrier();
 }
 
+#ifdef GLU
+// Pairs of values a lane of a subgroup (of 32) stores per accumulator.
+const GP: u32 = FS * FS / 64u;
+var<private> gate_pairs: array<vec2<f32>, GP>;
+
+// Takes the gate accumulator staged at cs[c0..] into registers: lane sl
+// holds values 2 (sl + 32 q) and the next of it, q < GP.
+fn glu_gate(c0: u32, sl: u32) {
+    workgroupBarrier();
+    for (var q = 0u; q < GP; q++) {
+        let e = 2u * (sl + 32u * q);
+        gate_pairs[q] = vec2<f32>(cs[c0 + e], cs[c0 + e + 1u]);
+    }
+    workgroupBarrier();
+}
+
+fn glu(g: f32, u: f32) -> f32 {
+#ifdef SILU_MUL
+    return cpu_silu(g) * u;
+#else
+    return cpu_gelu(g) * u;
+#endif
+}
+
+// Writes accumulator pair f, f + 1 (gate, then up, staged at cs[c0..]):
+// tokens from tb + (f / FM) · FS, features from fb + (f % FM) / 2 · FS,
+// those inside (n, m): gate, up and (with the params' bits) the GLU and
+// its f16 pairs.
+fn glu_emit(f: u32, c0: u32, tb: u32, fb: u32, sl: u32, m: u32) {
+    workgroupBarrier();
+    let t1 = tb + (f / FM) * FS;
+    let c1 = fb + ((f % FM) / 2u) * FS;
+    for (var q = 0u; q < GP; q++) {
+        let e = 2u * (sl + 32u * q);
+        let t = t1 + e / FS;
+        let c = c1 + e % FS;
+        if (t < pu(2) && c < m) {
+            let g = gate_pairs[q];
+            let u = vec2<f32>(cs[c0 + e], cs[c0 + e + 1u]);
+            let o = t * m + c;
+            out[o] = g.x;
+            out[o + 1u] = g.y;
+            out1[o] = u.x;
+            out1[o + 1u] = u.y;
+            if ((pu(7) & 1u) != 0u) {
+                let a = vec2<f32>(glu(g.x, u.x), glu(g.y, u.y));
+                act[o] = a.x;
+                act[o + 1u] = a.y;
+                if ((pu(7) & 2u) != 0u) {
+                    halves[block_word(t, c, pu(2))] = pack_f16(a.x, a.y);
+                }
+            }
+        }
+    }
+    workgroupBarrier();
+}
+#endif
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(local_invocation_index) lid: u32,
@@ -233,7 +312,12 @@ fn main(
     let gm = g % pu(4);
     let t0 = (g / pu(4)) * TN;
     var m = pu(0);
+#ifdef GLU
+    // The tile's features: TM / 2 of gate and up each.
+    var r0 = gm * (TM / 2u);
+#else
     var r0 = gm * TM;
+#endif
 #ifdef MULTI
     if (gm >= pu(10)) {
         part = 2u;
