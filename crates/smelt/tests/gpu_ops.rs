@@ -867,6 +867,76 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
     );
 }
 
+/// Prefill in the f32-activation mode, where the adapter holds huge tiles
+/// (else smaller sizes, and no split): a matmul split along k (`HugeSplit`)
+/// leaves its second half's sums to the residual add and norm after it,
+/// which take them in where they write the next coop matmul's f16 blocks
+/// (`AddRmsNormHalf` with `sums`), or else add them first (`SplitSums`).
+/// The projection, the sum, the norm and the next matmul against the CPU,
+/// with the projection discarded after the add or not, and with nothing
+/// after the add; the dispatch count and which kernels ran.
+#[test]
+fn f32_mode_prefill_split_sums_join_the_add_norm() {
+    let (seed, mut b) = f32_mode_profiled_bench();
+    let f = b.gpu.features();
+    let split = f.coop != 0 && b.gpu.coop_huge();
+    // Wide tiles enough to split, huge ones too few to fill an H200.
+    let (n, k, m, m2) = if split {
+        (512usize, 2048usize, 4096usize, 64usize)
+    } else {
+        (130, 320, 96, 64)
+    };
+    let t = GgmlType::Q4_0;
+    let (x, a, nw) = (b.f32s(n, m, 1.0), b.f32s(n, k, 1.0), b.f32s(1, m, 1.0));
+    let (wp, w2) = (b.weight(t, m, k), b.weight(t, m2, m));
+    let (proj, sum) = (b.output(F32, n, m), b.output(F32, n, m));
+    let (h, out) = (b.output(F32, n, m), b.output(F32, n, m2));
+    // As the models call them: proj = a · wpᵀ, x += proj in place (x
+    // copied to sum first, so every run starts from the same x), its norm
+    // and the next matmul; `upto` 0 stops after the add.
+    let layer = move |be: &mut dyn Backend, g: bool, discard: bool, upto: usize| {
+        let p = |t: Pair| if g { t.gpu } else { t.cpu };
+        be.copy(p(x), p(sum))?;
+        be.matmul(p(wp), p(a), p(proj))?;
+        be.add(p(sum), p(proj), p(sum))?;
+        if discard {
+            be.discard(&[p(proj)])?;
+        }
+        if upto > 0 {
+            be.rms_norm(p(sum), Some(p(nw)), 1e-5, p(h))?;
+            be.matmul(p(w2), p(h), p(out))?;
+        }
+        Ok(())
+    };
+    let name = format!("{t} split matmul + add + rms_norm + matmul n={n} k={k} m={m}");
+    let tol: f64 = if f.coop != 0 { 2e-6 } else { 1e-8 };
+    for discard in [false, true] {
+        let name = format!("{name} discard={discard}");
+        let whole = move |be: &mut dyn Backend, g: bool| layer(be, g, discard, 1);
+        b.check(&format!("{name}: out"), 5.0 * tol, out, whole);
+        b.check(&format!("{name}: norm"), tol, h, whole);
+        b.check(&format!("{name}: sum"), tol, sum, whole);
+        if !discard {
+            b.check(&format!("{name}: proj"), tol, proj, whole);
+        }
+        // The copy, the matmul's f16 input (on cooperative matrices), the
+        // matmul, the add and norm with the sums, and the next matmul.
+        let want = if f.coop != 0 { 5 } else { 4 };
+        assert_eq!(gpu_dispatches(&mut b, whole), want, "{name}");
+    }
+    let added = move |be: &mut dyn Backend, g: bool| layer(be, g, false, 0);
+    b.check(&format!("{name}, nothing after: sum"), tol, sum, added);
+    b.check(&format!("{name}, nothing after: proj"), tol, proj, added);
+    b.assert_passed(seed);
+    let used = kernels_run(&b);
+    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    assert_eq!(
+        (ran("AddRmsNormHalf { sums: true }"), ran("SplitSums")),
+        (split, split),
+        "seed {seed}: kernels run: {used:?}"
+    );
+}
+
 /// Prefill in the f32-activation mode: an attention on cooperative
 /// matrices before a matmul on cooperative matrices also writes the
 /// matmul's f16 input (`AttentionCoop` with `half`), so the two are two
@@ -950,7 +1020,8 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
 /// dispatch (`MatMulCoop` with `Glu`), with tiles that end inside the
 /// features and past the last token. Gate, up, the GLU and down against
 /// the CPU, with nothing after the matmuls, after the GLU, and the whole
-/// FFN; the dispatch count and which kernels ran.
+/// FFN; the dispatch count and which kernels ran. With gate and up
+/// discarded after the GLU, the fused dispatch leaves them unwritten.
 #[test]
 fn f32_mode_prefill_gate_up_glu_joined() {
     let (seed, mut b) = f32_mode_profiled_bench();
@@ -964,11 +1035,16 @@ fn f32_mode_prefill_gate_up_glu_joined() {
             b.gpu.join_weights(&[wg.gpu, wu.gpu]).expect("join_weights");
             let (g, u) = (b.output(F32, n, m), b.output(F32, n, m));
             let (act, out) = (b.output(F32, n, m), b.output(F32, n, k));
+            // Up to the matmuls (0), the GLU (1) or down (2); 3: down
+            // with gate and up discarded after the GLU.
             let steps = move |be: &mut dyn Backend, gpu: bool, last: usize| {
                 let p = |t: Pair| if gpu { t.gpu } else { t.cpu };
                 be.matmuls(&[p(wg), p(wu)], p(x), &[p(g), p(u)])?;
                 if last > 0 {
                     glu(be, gelu, p(g), p(u), p(act))?;
+                }
+                if last > 2 {
+                    be.discard(&[p(g), p(u)])?;
                 }
                 if last > 1 {
                     be.matmul(p(wd), p(act), p(out))?;
@@ -992,6 +1068,17 @@ fn f32_mode_prefill_gate_up_glu_joined() {
             // x's f16 blocks, then gate, up and GLU, then down.
             let want = if fused { 3 } else { 4 };
             assert_eq!(gpu_dispatches(&mut b, ffn), want, "{name}");
+            // Gate and up discarded: the rest the same, and where they are
+            // fused gate and up left as they were.
+            let lean = move |be: &mut dyn Backend, gpu: bool| steps(be, gpu, 3);
+            b.check(&format!("{name}: glu, discarded"), 1e-5, act, lean);
+            b.check(&format!("{name}: down, discarded"), 1e-5, out, lean);
+            let before = vec![0x5au8; g.gpu.n_bytes()];
+            b.gpu.write(g.gpu, &before).unwrap();
+            b.gpu.write(u.gpu, &before).unwrap();
+            lean(&mut b.gpu, true).unwrap();
+            let kept = [g, u].map(|t| read_bytes(&mut b.gpu, t.gpu) == before);
+            assert_eq!(kept, [fused; 2], "{name}: gate and up left as they were");
         }
     }
     b.assert_passed(seed);

@@ -238,6 +238,16 @@ pub trait Backend: Send {
         Ok(())
     }
 
+    /// A hint that the caller will not read `ts` again before writing
+    /// them: a backend may leave the values of an op not yet run there
+    /// unwritten (the GPU's fused gate, up and GLU keeps only the GLU's).
+    /// Reading them afterwards gives unspecified values; this default
+    /// does nothing.
+    fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
+        let _ = ts;
+        Ok(())
+    }
+
     /// Host→device copy of `bytes` into the start of `t`. On a recording
     /// backend it is ordered before every op recorded after it.
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()>;

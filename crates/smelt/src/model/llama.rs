@@ -305,6 +305,7 @@ pub fn forward(
             b.add(rows(a.proj), bias, rows(a.proj))?;
         }
         b.add(x, rows(a.proj), x)?;
+        b.discard(&[rows(a.proj)])?;
 
         // From here on the last layer works on the output rows only.
         let (cur, m) = if last {
@@ -319,8 +320,10 @@ pub fn forward(
         b.rms_norm(cur, Some(l.ffn_norm), c.rms_eps, h)?;
         b.matmuls(&[l.ffn_gate, l.ffn_up], h, &[gate, up])?;
         b.silu_mul(gate, up, act)?;
+        b.discard(&[gate, up])?;
         b.matmul(l.ffn_down, act, proj)?;
         b.add(cur, proj, cur)?;
+        b.discard(&[proj])?;
     }
     let (xo, h) = (a.x_out.with_rows(n_out), a.h.with_rows(n_out));
     b.rms_norm(xo, Some(w.output_norm), c.rms_eps, h)?;

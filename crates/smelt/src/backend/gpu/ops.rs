@@ -134,6 +134,11 @@ impl Backend for GpuBackend {
         Ok(())
     }
 
+    fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
+        self.discard_held(ts);
+        Ok(())
+    }
+
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
         self.write_bytes(t, bytes)
     }
@@ -568,6 +573,7 @@ impl GpuBackend {
             x: self.half_input(x)?,
             outs: [o0, o1],
             glu: None,
+            keep: true,
             tile: f.coop_tile(CoopTile::Huge),
             row_bytes: self.row_param(w0.dtype, w0.cols),
         }))
@@ -721,17 +727,11 @@ impl GpuBackend {
                 if parts == 1 {
                     return self.run(kernel, p, &[w, x, out], groups);
                 }
-                // The second half's sums, then added to the first's (which
-                // keeps x's cached rounding for the next matmul of x: K and
-                // V after Q).
+                // The second half's sums, then added to the first's, held
+                // for the residual add after it (`Pending::SplitSums`).
                 let sums = self.split_sums(len)?.reshape(n, m);
                 self.run(kernel, p, &[w, x, out, sums], groups)?;
-                self.run(
-                    Kernel::SplitSums,
-                    params(&[u(len)]),
-                    &[out, sums],
-                    len.div_ceil(4 * 256) as u64,
-                )
+                self.hold_split_sums(out, sums)
             }
             MatIn::F32(x) => {
                 let tiles_m = m.div_ceil(64);

@@ -14,6 +14,12 @@
 //!   attention on cooperative matrices with the next coop matmul's f16
 //!   blocks of its output (`GluHalf`, `AddRmsNormHalf`, `AttentionCoop`
 //!   with `half`; in `GpuBackend::half_input`).
+//! - In the f32 mode's prefill, gate and up joined on huge tiles with the
+//!   GLU after them and its f16 blocks for down (`Multi::Glu`), and a split
+//!   matmul's second half's sums with the residual add and norm after it
+//!   (`AddRmsNormHalf` with `sums`). After `Backend::discard`, these leave
+//!   their intermediate outputs (gate, up; the split's first half)
+//!   unwritten.
 //! - Q's and K's ropes with K's and V's cache writes (`RopeStore`;
 //!   `RopePair`, `SetRowsPair`), and in the f32 mode's decode those with
 //!   the attention after them (`AttentionRope`).
@@ -54,8 +60,18 @@ pub(super) enum Pending {
         out: Tensor,
     },
     /// `out = a + b`, same shapes (f32 activations): an rms_norm of `out`
-    /// next takes it in (`AddRmsNorm`).
-    Add { a: Tensor, b: Tensor, out: Tensor },
+    /// next takes it in (`AddRmsNorm`). With `split`, b is a split
+    /// matmul's first half, its second half's sums not yet added.
+    Add {
+        a: Tensor,
+        b: Tensor,
+        out: Tensor,
+        split: Option<Split>,
+    },
+    /// A split matmul's second half's sums to add to its first's
+    /// (`SplitSums`): a residual add of its output next joins it, and the
+    /// norm after that (`AddRmsNormHalf` with `sums`).
+    SplitSums(Split),
     /// A residual add and the rms_norm of its sum (`AddRmsNorm`): a matmul
     /// on cooperative matrices next has it write its f16 blocks too
     /// (`AddRmsNormHalf`, in `GpuBackend::half_input`).
@@ -496,6 +512,8 @@ pub(super) struct CoopGateUp {
     pub(super) x: Tensor,
     pub(super) outs: [Tensor; 2],
     pub(super) glu: Option<(Elementwise, Tensor)>,
+    /// Whether gate and up are written (not after `Backend::discard`).
+    pub(super) keep: bool,
     pub(super) tile: (usize, usize),
     pub(super) row_bytes: usize,
 }
@@ -509,7 +527,9 @@ impl CoopGateUp {
         let (tm, tn) = self.tile;
         let tiles = w.rows.div_ceil(tm / 2);
         let (joint, [g0, u0]) = self.joint;
-        let flags = u32::from(self.glu.is_some()) | (u32::from(half.is_some()) << 1);
+        let flags = u32::from(self.glu.is_some())
+            | (u32::from(half.is_some()) << 1)
+            | (u32::from(self.keep) << 2);
         let mut p = params(&[
             P::U(w.rows as u32),
             P::U(w.cols as u32),
@@ -541,7 +561,32 @@ impl CoopGateUp {
     }
 }
 
-/// `sum = a + b`, then `rms_norm(sum, w, eps, out)` (`Pending::AddNorm`).
+/// A split matmul's first half's output and its second half's sums, not
+/// yet added (`CoopTile::HugeSplit`).
+#[derive(Clone, Copy)]
+pub(super) struct Split {
+    pub(super) out: Tensor,
+    pub(super) sums: Tensor,
+    /// Whether `out` gets the whole sums (not after `Backend::discard`,
+    /// where an add and norm that take the sums in leave it as it is).
+    pub(super) keep: bool,
+}
+
+impl Split {
+    /// The adds on their own: `out += sums`, 4 values an invocation.
+    fn call(self) -> Call {
+        let len = self.out.n_elements();
+        (
+            Kernel::SplitSums,
+            params(&[P::U(len as u32)]),
+            vec![self.out, self.sums],
+            len.div_ceil(4 * 256) as u64,
+        )
+    }
+}
+
+/// `sum = a + b`, then `rms_norm(sum, w, eps, out)` (`Pending::AddNorm`);
+/// with `split`, b is a split matmul's first half.
 #[derive(Clone, Copy)]
 pub(super) struct AddNorm {
     a: Tensor,
@@ -550,19 +595,27 @@ pub(super) struct AddNorm {
     w: Tensor,
     eps: f32,
     out: Tensor,
+    split: Option<Split>,
 }
 
 impl AddNorm {
     /// Its dispatch, with `half` (the next matmul's f16 blocks) written
-    /// too (`AddRmsNormHalf`).
+    /// too (`AddRmsNormHalf`), which then takes a split's sums in; without
+    /// it, after the split's own adds (`Pending::before`).
     fn call(self, half: Option<Tensor>) -> Call {
         let out = self.out;
-        let params = params(&[P::U(out.rows as u32), P::U(out.cols as u32), P::F(self.eps)]);
+        let mut params = params(&[P::U(out.rows as u32), P::U(out.cols as u32), P::F(self.eps)]);
         let mut bound = vec![self.a, out, self.w, self.b, self.sum];
-        bound.extend(half);
-        let kernel = match half {
-            None => Kernel::AddRmsNorm,
-            Some(_) => Kernel::AddRmsNormHalf,
+        let Some(half) = half else {
+            return (Kernel::AddRmsNorm, params, bound, out.rows as u64);
+        };
+        bound.push(half);
+        if let Some(s) = self.split {
+            bound.push(s.sums);
+            params[3] = u32::from(s.keep);
+        }
+        let kernel = Kernel::AddRmsNormHalf {
+            sums: self.split.is_some(),
         };
         (kernel, params, bound, out.rows as u64)
     }
@@ -574,6 +627,7 @@ impl Pending {
             Pending::Norm { out, .. }
             | Pending::Glu { out, .. }
             | Pending::Add { out, .. }
+            | Pending::SplitSums(Split { out, .. })
             | Pending::AddNorm(AddNorm { out, .. })
             | Pending::Rope { out, .. }
             | Pending::MatVec { out, .. } => out,
@@ -610,6 +664,17 @@ impl Pending {
         )
     }
 
+    /// What must run before its `dispatch` as it is: a split's adds held
+    /// in the add or norm after it.
+    fn before(&self) -> Option<Call> {
+        match *self {
+            Pending::Add { split, .. } | Pending::AddNorm(AddNorm { split, .. }) => {
+                split.map(Split::call)
+            }
+            _ => None,
+        }
+    }
+
     /// Whether it reads the backend's f16 blocks (so its own output's go
     /// to the other set).
     pub(super) fn reads_half(&self) -> bool {
@@ -636,7 +701,11 @@ impl Pending {
             }
             // Whole 16-byte words a row (norm_half.wgsl).
             Pending::AddNorm(n)
-                if Kernel::AddRmsNormHalf.builds_with(f) && n.out.cols.is_multiple_of(4) =>
+                if Kernel::AddRmsNormHalf {
+                    sums: n.split.is_some(),
+                }
+                .builds_with(f)
+                    && n.out.cols.is_multiple_of(4) =>
             {
                 Some(n.call(Some(half)))
             }
@@ -743,7 +812,9 @@ impl Pending {
                     ),
                 }
             }
-            Pending::Add { a, b, out } => {
+            Pending::SplitSums(s) => s.call(),
+            // After `before`.
+            Pending::Add { a, b, out, .. } => {
                 let n = a.n_elements();
                 let p = params(&[P::U(n as u32), P::U(n as u32), P::F(0.0)]);
                 (
@@ -783,6 +854,9 @@ impl GpuBackend {
         let Some(p) = self.pending.take() else {
             return Ok(());
         };
+        if let Some((kernel, params, bound, groups)) = p.before() {
+            self.run(kernel, params, &bound, groups)?;
+        }
         let (kernel, params, bound, groups) = p.dispatch(None, self.aux());
         self.run(kernel, params, &bound, groups)
     }
@@ -1004,10 +1078,57 @@ impl GpuBackend {
 
     /// Holds a residual add back (f32 activations), for an rms_norm of its
     /// sum to take in.
-    pub(super) fn defer_add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+    /// A split matmul's second half's sums held back (`Pending::SplitSums`)
+    /// for the residual add after it to take in, after dispatching what was
+    /// held.
+    pub(super) fn hold_split_sums(&mut self, out: Tensor, sums: Tensor) -> Result<()> {
         self.flush_pending()?;
-        self.wrote(out);
-        self.pending = Some(Pending::Add { a, b, out });
+        self.pending = Some(Pending::SplitSums(Split {
+            out,
+            sums,
+            keep: true,
+        }));
+        Ok(())
+    }
+
+    /// Holds `out = a + b` back, joining the split matmul's sums held if
+    /// one of a, b is its output (neither the sums, nor `out` that output).
+    pub(super) fn defer_add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        let joined = match self.pending {
+            Some(Pending::SplitSums(s)) if s.out.id != out.id && a.id != b.id => {
+                let other = if b == s.out {
+                    Some(a)
+                } else {
+                    (a == s.out).then_some(b)
+                };
+                other
+                    .filter(|o| o.id != s.sums.id && out.id != s.sums.id)
+                    .map(|o| (o, s))
+            }
+            _ => None,
+        };
+        match joined {
+            Some((a, s)) => {
+                self.pending = None;
+                self.wrote(out);
+                self.pending = Some(Pending::Add {
+                    a,
+                    b: s.out,
+                    out,
+                    split: Some(s),
+                });
+            }
+            None => {
+                self.flush_pending()?;
+                self.wrote(out);
+                self.pending = Some(Pending::Add {
+                    a,
+                    b,
+                    out,
+                    split: None,
+                });
+            }
+        }
         Ok(())
     }
 
@@ -1021,10 +1142,17 @@ impl GpuBackend {
         eps: f32,
         out: Tensor,
     ) -> Result<bool> {
-        let Some(Pending::Add { a, b, out: sum }) = self.pending else {
+        let Some(Pending::Add {
+            a,
+            b,
+            out: sum,
+            split,
+        }) = self.pending
+        else {
             return Ok(false);
         };
-        if sum != x || out.id == sum.id || out.id == a.id || out.id == b.id {
+        let on_sums = split.is_some_and(|s| s.sums.id == out.id);
+        if sum != x || out.id == sum.id || out.id == a.id || out.id == b.id || on_sums {
             return Ok(false);
         }
         self.acts_of = None;
@@ -1035,6 +1163,7 @@ impl GpuBackend {
             w,
             eps,
             out,
+            split,
         }));
         Ok(true)
     }
@@ -1145,6 +1274,26 @@ impl GpuBackend {
             glu: Some((op, out)),
         });
         true
+    }
+
+    /// `Backend::discard`: gate and up held back with their GLU are not
+    /// written if both are discarded, nor a split's whole output if it is
+    /// (where the add and norm after it take its sums in).
+    pub(super) fn discard_held(&mut self, ts: &[Tensor]) {
+        match &mut self.pending {
+            Some(Pending::CoopGateUp(g))
+                if g.glu.is_some() && g.outs.iter().all(|o| ts.contains(o)) =>
+            {
+                g.keep = false;
+            }
+            Some(Pending::Add { split: Some(s), .. })
+            | Some(Pending::AddNorm(AddNorm { split: Some(s), .. }))
+                if ts.contains(&s.out) =>
+            {
+                s.keep = false
+            }
+            _ => {}
+        }
     }
 
     /// Holds gate and up on cooperative matrices back (see

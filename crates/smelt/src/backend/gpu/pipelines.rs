@@ -160,8 +160,11 @@ pub enum Kernel {
     AddRmsNorm,
     /// AddRmsNorm that also writes its output as `HalfBlocks` does, for the
     /// next matmul on cooperative matrices (fast math: its own order of
-    /// sums).
-    AddRmsNormHalf,
+    /// sums); with `sums`, the addend a split matmul's first half, its
+    /// second half's sums added in (`Pending::SplitSums`).
+    AddRmsNormHalf {
+        sums: bool,
+    },
     /// SiluMul or GeluMul fused with the next matmul's Q8 rounding.
     GluQ8(Elementwise),
     /// SiluMul or GeluMul that also writes its output as `HalfBlocks`
@@ -627,7 +630,8 @@ impl Kernel {
             Kernel::RmsNorm { weight: true },
             Kernel::RmsNormQ8,
             Kernel::AddRmsNorm,
-            Kernel::AddRmsNormHalf,
+            Kernel::AddRmsNormHalf { sums: false },
+            Kernel::AddRmsNormHalf { sums: true },
             Kernel::Rope(RopeMode::Normal),
             Kernel::Rope(RopeMode::Neox),
             Kernel::RopePair(RopeMode::Normal),
@@ -708,7 +712,7 @@ impl Kernel {
             Kernel::AttentionCoop { .. } => {
                 f.coop != 0 && f.shader_f16 && f.subgroups && f.fast_math
             }
-            Kernel::AttentionRope(_) | Kernel::AddRmsNormHalf => f.fast_math,
+            Kernel::AttentionRope(_) | Kernel::AddRmsNormHalf { .. } => f.fast_math,
             _ => true,
         }
     }
@@ -765,7 +769,9 @@ impl Kernel {
             Kernel::RmsNormQ8 | Kernel::GluQ8(_) => &[RW, RW, RW, RW, RW, RW],
             Kernel::GluHalf(_) => &[RW, RW, RW, RW],
             Kernel::AddRmsNorm => &[RW, RW, RW, RW, RW],
-            Kernel::AddRmsNormHalf => &[RW, RW, RW, RW, RW, RW],
+            Kernel::AddRmsNormHalf { sums: false } => &[RW, RW, RW, RW, RW, RW],
+            // The split's sums last.
+            Kernel::AddRmsNormHalf { sums: true } => &[RW, RW, RW, RW, RW, RW, R],
             // The last binding is the exact.wgsl tables.
             Kernel::Rope(_) => &[RW, RW, RW, RW, R],
             Kernel::RopePair(_) => &[RW, RW, RW, RW, RW, RW, R],
@@ -957,7 +963,12 @@ impl Kernel {
                 def("ADD");
                 parts.extend([src::REDUCE, src::EXACT, src::NORM]);
             }
-            Kernel::AddRmsNormHalf => parts.extend([src::REDUCE, src::EXACT, src::NORM_HALF]),
+            Kernel::AddRmsNormHalf { sums } => {
+                if sums {
+                    def("SUMS");
+                }
+                parts.extend([src::REDUCE, src::EXACT, src::NORM_HALF]);
+            }
             Kernel::Rope(mode) | Kernel::RopePair(mode) => {
                 if mode == RopeMode::Neox {
                     def("NEOX");

@@ -57,10 +57,10 @@
 // GLU (repacked types): gate and up joined in wq (from blocks params 11 and
 // 12), and a tile's rows gate and up rows of the same TM / 2 features in
 // turns of FS: a subgroup's fragment rows 2i and 2i + 1 are then the gate
-// and up of the same features, which `glu_emit` stores together with
-// act = op(gate) · up (param 7 bit 0) and act as the next coop matmul's
-// f16 blocks (bit 1), where a `GluHalf` dispatch would read gate and up
-// back. Param 4 the tiles along the features (m, a multiple of 32).
+// and up of the same features, which `glu_emit` stores (param 7 bit 2)
+// with act = op(gate) · up (bit 0) and act as the next coop matmul's f16
+// blocks (bit 1), where a `GluHalf` dispatch would read gate and up back.
+// Param 4 the tiles along the features (m, a multiple of 32).
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
@@ -271,10 +271,12 @@ fn glu_emit(f: u32, c0: u32, tb: u32, fb: u32, sl: u32, m: u32) {
             let g = gate_pairs[q];
             let u = vec2<f32>(cs[c0 + e], cs[c0 + e + 1u]);
             let o = t * m + c;
-            out[o] = g.x;
-            out[o + 1u] = g.y;
-            out1[o] = u.x;
-            out1[o + 1u] = u.y;
+            if ((pu(7) & 4u) != 0u) {
+                out[o] = g.x;
+                out[o + 1u] = g.y;
+                out1[o] = u.x;
+                out1[o + 1u] = u.y;
+            }
             if ((pu(7) & 1u) != 0u) {
                 let a = vec2<f32>(glu(g.x, u.x), glu(g.y, u.y));
                 act[o] = a.x;

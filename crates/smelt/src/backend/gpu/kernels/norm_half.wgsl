@@ -14,7 +14,12 @@
 // longer than KEEP · WG words has the rest summed and read back one word
 // at a time.
 //
-// Params: 0 rows, 1 cols (a multiple of 4), 2 eps (f32).
+// SUMS: the addend is a split matmul's first half (matmul_coop.wgsl's
+// SPLIT), whose second half's sums are added to it here, as split_sums.wgsl
+// would (addend + sums, then x + that); param 3 says whether the addend is
+// written back whole.
+//
+// Params: 0 rows, 1 cols (a multiple of 4), 2 eps (f32), 3 (SUMS) keep.
 
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;      // (rows, cols / 4)
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;    // (rows, cols / 4)
@@ -22,9 +27,30 @@
 @group(0) @binding(4) var<storage, read_write> addend: array<vec4<f32>>; // (rows, cols / 4)
 @group(0) @binding(5) var<storage, read_write> sum: array<vec4<f32>>;    // (rows, cols / 4), may be x
 @group(0) @binding(6) var<storage, read_write> halves: array<u32>;       // (cols / 32, rows, 32) f16 pairs
+#ifdef SUMS
+@group(0) @binding(7) var<storage, read> sums: array<vec4<f32>>;         // (rows, cols / 4)
+#endif
 
 const NORM_WG: u32 = {{WG}}u;
 const KEEP: u32 = 4u;
+
+// The addend's word i, with SUMS its second half's sums added.
+fn part(i: u32) -> vec4<f32> {
+#ifdef SUMS
+    return addend[i] + sums[i];
+#else
+    return addend[i];
+#endif
+}
+
+// With SUMS and param 3, the whole addend's word i written back.
+fn keep(i: u32, a: vec4<f32>) {
+#ifdef SUMS
+    if (pu(3) != 0u) {
+        addend[i] = a;
+    }
+#endif
+}
 
 // Output word c of row r (at word i of out): in out, and its two f16
 // words in halves.
@@ -46,10 +72,17 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let b = r * words;
     var kept: array<vec4<f32>, KEEP>;
     var wk: array<vec4<f32>, KEEP>;
+#ifdef SUMS
+    var parts: array<vec4<f32>, KEEP>;
+#endif
     for (var j = 0u; j < KEEP; j++) {
         let c = lid + j * NORM_WG;
         if (c < words) {
-            kept[j] = x[b + c] + addend[b + c];
+            let a = part(b + c);
+#ifdef SUMS
+            parts[j] = a;
+#endif
+            kept[j] = x[b + c] + a;
             wk[j] = w[c];
         }
     }
@@ -58,12 +91,17 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let c = lid + j * NORM_WG;
         if (c < words) {
             sum[b + c] = kept[j];
+#ifdef SUMS
+            keep(b + c, parts[j]);
+#endif
             s4 = fma(kept[j], kept[j], s4);
         }
     }
     for (var c = lid + KEEP * NORM_WG; c < words; c += NORM_WG) {
-        let v = x[b + c] + addend[b + c];
+        let a = part(b + c);
+        let v = x[b + c] + a;
         sum[b + c] = v;
+        keep(b + c, a);
         s4 = fma(v, v, s4);
     }
     let ss = wg_sum((s4.x + s4.y) + (s4.z + s4.w), ln);
