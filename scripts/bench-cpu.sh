@@ -8,6 +8,10 @@
 # Usage: scripts/bench-cpu.sh [extra `smelt bench` arguments]
 #   SMELT=path/to/smelt  the binary (default: builds target/release/smelt)
 #   REPS=5               repetitions per test
+#   LLAMA_BENCH=path     a llama-bench built on this machine (CPU only): it
+#                        runs on each file right after smelt, and the table
+#                        gains its figures and the ratio to them (the peer
+#                        measured in the same run, not the target class)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,9 +34,20 @@ done
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
 for t in Q4_1 Q8_0 Q4_0; do
-    "$SMELT" bench -m "$models/SmolLM2-135M-Instruct.$t.gguf" -t 2 -r "$reps" -o json "$@" \
+    f=$models/SmolLM2-135M-Instruct.$t.gguf
+    "$SMELT" bench -m "$f" -t 2 -r "$reps" -o json "$@" \
         | python3 -c "import json,sys; [print(json.dumps(dict(r, ftype='$t'))) for r in json.load(sys.stdin)]" \
         >>"$json"
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        # llama-bench's rows name their test by n_prompt and n_gen.
+        "$LLAMA_BENCH" -m "$f" -t 2 -r "$reps" -p 512 -n 128 -o jsonl 2>/dev/null \
+            | python3 -c "import json,sys
+for l in sys.stdin:
+    r = json.loads(l)
+    test = f\"pp{r['n_prompt']}\" if r['n_prompt'] else f\"tg{r['n_gen']}\"
+    print(json.dumps(dict(test=test, samples_ts=r['samples_ts'], ftype='$t', peer=True)))" \
+            >>"$json"
+    fi
 done
 
 python3 - "$json" <<'EOF'
@@ -44,13 +59,25 @@ LLAMA_CPP = {
     ("Q8_0", "pp512"): 358, ("Q8_0", "tg128"): 95,
     ("Q4_0", "pp512"): 430, ("Q4_0", "tg128"): 130,
 }
-print(f"{'file':<6} {'test':<6} {'smelt t/s (median, min-max)':>30} {'llama.cpp':>10} {'ratio':>6}")
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    s = r["samples_ts"]
-    med = statistics.median(s)
-    ref = LLAMA_CPP.get((r["ftype"], r["test"]))
+def spread(s):
+    return f"{statistics.median(s):.1f} ({min(s):.1f}-{max(s):.1f})"
+
+rows = [json.loads(line) for line in open(sys.argv[1])]
+peer = {(r["ftype"], r["test"]): r["samples_ts"] for r in rows if r.get("peer")}
+head = f"{'file':<6} {'test':<6} {'smelt t/s (median, min-max)':>30} {'llama.cpp':>10} {'ratio':>6}"
+if peer:
+    head += f" {'llama.cpp here (median, min-max)':>34} {'ratio here':>10}"
+print(head)
+for r in rows:
+    if r.get("peer"):
+        continue
+    key = (r["ftype"], r["test"])
+    med = statistics.median(r["samples_ts"])
+    ref = LLAMA_CPP.get(key)
     ratio = f"{med / ref:.2f}" if ref else "-"
-    spread = f"{med:.1f} ({min(s):.1f}-{max(s):.1f})"
-    print(f"{r['ftype']:<6} {r['test']:<6} {spread:>30} {ref or '-':>10} {ratio:>6}")
+    line = f"{r['ftype']:<6} {r['test']:<6} {spread(r['samples_ts']):>30} {ref or '-':>10} {ratio:>6}"
+    if peer:
+        here = peer.get(key)
+        line += f" {spread(here) if here else '-':>34} {f'{med / statistics.median(here):.2f}' if here else '-':>10}"
+    print(line)
 EOF
