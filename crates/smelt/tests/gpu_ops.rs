@@ -22,7 +22,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use smelt::backend::cpu::CpuBackend;
 use smelt::backend::gpu::{GpuBackend, GpuOptions, WEIGHT_TYPES};
-use smelt::backend::{AttentionParams, Backend, RopeMode, RopeParams, Tensor, WeightData};
+use smelt::backend::{
+    AttentionParams, Backend, RopeMode, RopeParams, Tensor, WeightData, WeightInput,
+};
 use smelt::quant::GgmlType::{self, F16, F32, I32};
 
 /// Rows after every GPU output that no op may touch.
@@ -127,6 +129,32 @@ impl Bench {
             gpu,
             gpu_full: gpu,
         }
+    }
+
+    /// Weights of one input, `rows` of `cols` each, of random GGUF blocks,
+    /// loaded as the model loads Q, K and V (`load_joined`): side by side in
+    /// one GPU buffer where the GPU can.
+    fn joined_weights(&mut self, dtype: GgmlType, rows: &[usize], cols: usize) -> Vec<Pair> {
+        let ws: Vec<WeightInput> = rows
+            .iter()
+            .map(|&r| WeightInput {
+                name: "w".into(),
+                dtype,
+                rows: r,
+                cols,
+                data: WeightData::from_vec(random_blocks(&mut self.rng, dtype, r * cols)),
+            })
+            .collect();
+        let cpu = self.cpu.load_joined(&ws).unwrap();
+        let gpu = self.gpu.load_joined(&ws).unwrap();
+        let pairs = cpu.into_iter().zip(gpu);
+        pairs
+            .map(|(cpu, gpu)| Pair {
+                cpu,
+                gpu,
+                gpu_full: gpu,
+            })
+            .collect()
     }
 
     /// Runs `op` on both backends and compares `out` (F32, F16 or I32).
@@ -1015,7 +1043,7 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
 }
 
 /// Prefill in the f32-activation mode, gate and up joined in one buffer
-/// (`join_weights`) and each on huge tiles: the two matmuls, the GLU after
+/// (`load_joined`) and each on huge tiles: the two matmuls, the GLU after
 /// them and the f16 blocks of its output for the down matmul are one
 /// dispatch (`MatMulCoop` with `Glu`), with tiles that end inside the
 /// features and past the last token. Gate, up, the GLU and down against
@@ -1031,8 +1059,10 @@ fn f32_mode_prefill_gate_up_glu_joined() {
     for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
         for gelu in [false, true] {
             let x = b.f32s(n, k, 1.0);
-            let (wg, wu, wd) = (b.weight(t, m, k), b.weight(t, m, k), b.weight(t, k, m));
-            b.gpu.join_weights(&[wg.gpu, wu.gpu]).expect("join_weights");
+            let [wg, wu] = b.joined_weights(t, &[m, m], k)[..] else {
+                panic!("two weights asked for")
+            };
+            let wd = b.weight(t, k, m);
             let (g, u) = (b.output(F32, n, m), b.output(F32, n, m));
             let (act, out) = (b.output(F32, n, m), b.output(F32, n, k));
             // Up to the matmuls (0), the GLU (1) or down (2); 3: down
@@ -1281,7 +1311,7 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
 /// and Q8_0 run the weights in one dispatch, in decode and (on cooperative
 /// matrices) in prefill, with tiles that end inside each weight and past
 /// the last token; every output against the CPU. Then again with the
-/// weights joined in one buffer (`join_weights`), which the prefill reads
+/// weights joined in one buffer (`load_joined`), which the prefill reads
 /// bound once.
 #[test]
 fn f32_mode_matmuls_of_one_input() {
@@ -1303,15 +1333,15 @@ fn f32_mode_matmuls_of_one_input() {
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
         let k = 2080;
         for &(ms, n) in &cases {
-            let ws: Vec<Pair> = ms.iter().map(|&m| b.weight(t, m, k)).collect();
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let outs: Vec<Pair> = ms.iter().map(|&m| b.output(F32, n, m)).collect();
             let rounds = f32_mode_rounds(t, n);
             for joined in [false, true] {
-                if joined {
-                    let gpu: Vec<Tensor> = ws.iter().map(|w| w.gpu).collect();
-                    b.gpu.join_weights(&gpu).expect("join_weights");
-                }
+                let ws: Vec<Pair> = if joined {
+                    b.joined_weights(t, ms, k)
+                } else {
+                    ms.iter().map(|&m| b.weight(t, m, k)).collect()
+                };
                 for (i, &out) in outs.iter().enumerate() {
                     let (ws, outs) = (ws.clone(), outs.clone());
                     // Past 4 tokens, the prefill kernels: on cooperative

@@ -229,13 +229,14 @@ pub trait Backend: Send {
         data: WeightData,
     ) -> Result<Tensor>;
 
-    /// A hint that `ws` are weights of one input that [`Backend::matmuls`]
-    /// takes together (Q, K, V; gate, up): a backend may place them side
-    /// by side in memory. Nothing else about them changes; this default
-    /// does nothing.
-    fn join_weights(&mut self, ws: &[Tensor]) -> Result<()> {
-        let _ = ws;
-        Ok(())
+    /// Weights of one input that [`Backend::matmuls`] takes together (Q,
+    /// K, V; gate, up), each as [`Backend::load_weight`] takes it: a backend
+    /// may place them side by side in memory. Each is a tensor of its own,
+    /// as if loaded apart; this default loads them one by one.
+    fn load_joined(&mut self, ws: &[WeightInput]) -> Result<Vec<Tensor>> {
+        ws.iter()
+            .map(|w| self.load_weight(&w.name, w.dtype, w.rows, w.cols, w.data.clone()))
+            .collect()
     }
 
     /// A hint that the caller will not read `ts` again before writing
@@ -352,6 +353,16 @@ pub trait Backend: Send {
 /// Weight bytes in GGUF layout, borrowed from the model's memory map without
 /// a copy.
 pub type WeightData = crate::gguf::TensorBytes;
+
+/// A weight as [`Backend::load_joined`] takes it: what
+/// [`Backend::load_weight`] takes, in one value.
+pub struct WeightInput {
+    pub name: String,
+    pub dtype: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: WeightData,
+}
 
 /// Convenience reads on top of the contract.
 pub trait BackendExt: Backend {

@@ -19,7 +19,7 @@
 //! `n_embd`, `F` `n_ff`, `H`/`Hkv` query/KV heads of `hd` values, `V` vocab.
 
 use super::{Config, ModelError, kv_cache::KvCache};
-use crate::backend::{AttentionParams, Backend, Op, RopeMode, RopeParams, Tensor};
+use crate::backend::{AttentionParams, Backend, Op, RopeMode, RopeParams, Tensor, WeightInput};
 use crate::gguf::GgufFile;
 use crate::quant::GgmlType;
 
@@ -77,6 +77,53 @@ impl Loader<'_> {
         cols: usize,
         op: Op,
     ) -> Result<Option<Tensor>, ModelError> {
+        let Some(w) = self.input(name, rows, cols, op)? else {
+            return Ok(None);
+        };
+        let bytes = w.data.len() as u64;
+        let t = self
+            .backend
+            .load_weight(&w.name, w.dtype, rows, cols, w.data)?;
+        self.loaded(bytes);
+        Ok(Some(t))
+    }
+
+    /// Weights of one input, `(name, rows)` of `cols` each, that
+    /// [`Backend::matmuls`] takes together (Q, K, V; gate, up): loaded
+    /// through [`Backend::load_joined`], which may place them side by side.
+    pub fn joined<const N: usize>(
+        &mut self,
+        names: [(&str, usize); N],
+        cols: usize,
+    ) -> Result<[Tensor; N], ModelError> {
+        let mut ws = Vec::with_capacity(N);
+        for (name, rows) in names {
+            let w = self
+                .input(name, rows, cols, Op::MatMul)?
+                .ok_or_else(|| ModelError::MissingTensor { name: name.into() })?;
+            ws.push(w);
+        }
+        let ts = self.backend.load_joined(&ws)?;
+        self.loaded(ws.iter().map(|w| w.data.len() as u64).sum());
+        ts.try_into().map_err(|ts: Vec<Tensor>| {
+            ModelError::Param(format!(
+                "the {} backend loaded {} of {N} joined weights",
+                self.backend.name(),
+                ts.len()
+            ))
+        })
+    }
+
+    /// The file's tensor `name` as a weight to load, having checked its
+    /// shape (`rows × cols`) and that the backend runs `op` on its type;
+    /// `None` where the file has no such tensor.
+    fn input(
+        &self,
+        name: &str,
+        rows: usize,
+        cols: usize,
+        op: Op,
+    ) -> Result<Option<WeightInput>, ModelError> {
         let Some(info) = self.file.tensor_info(name) else {
             return Ok(None);
         };
@@ -106,13 +153,18 @@ impl Loader<'_> {
                 backend: self.backend.name(),
             });
         }
-        let data = self.file.tensor_bytes(name)?;
-        let t = self
-            .backend
-            .load_weight(name, info.dtype, rows, cols, data)?;
-        self.done += info.size;
+        Ok(Some(WeightInput {
+            name: name.into(),
+            dtype: info.dtype,
+            rows,
+            cols,
+            data: self.file.tensor_bytes(name)?,
+        }))
+    }
+
+    fn loaded(&mut self, bytes: u64) {
+        self.done += bytes;
         (self.progress)(self.done, self.total);
-        Ok(Some(t))
     }
 }
 
@@ -141,19 +193,23 @@ impl Weights {
         let token_embd = l.tensor("token_embd.weight", v, e, Op::GetRows)?;
         let mut layers = Vec::with_capacity(c.n_layer);
         for i in 0..c.n_layer {
-            let mut t =
-                |name: &str, rows, cols, op| l.tensor(&format!("blk.{i}.{name}"), rows, cols, op);
-            let attn_norm = t("attn_norm.weight", 1, e, Op::RmsNorm)?;
-            let attn_q = t("attn_q.weight", qd, e, Op::MatMul)?;
-            let attn_k = t("attn_k.weight", kvd, e, Op::MatMul)?;
-            let attn_v = t("attn_v.weight", kvd, e, Op::MatMul)?;
-            let attn_output = t("attn_output.weight", e, qd, Op::MatMul)?;
-            let ffn_norm = t("ffn_norm.weight", 1, e, Op::RmsNorm)?;
-            let ffn_gate = t("ffn_gate.weight", f, e, Op::MatMul)?;
-            let ffn_up = t("ffn_up.weight", f, e, Op::MatMul)?;
-            let ffn_down = t("ffn_down.weight", e, f, Op::MatMul)?;
-            l.backend.join_weights(&[attn_q, attn_k, attn_v])?;
-            l.backend.join_weights(&[ffn_gate, ffn_up])?;
+            let name = |n: &str| format!("blk.{i}.{n}");
+            let attn_norm = l.tensor(&name("attn_norm.weight"), 1, e, Op::RmsNorm)?;
+            let [attn_q, attn_k, attn_v] = l.joined(
+                [
+                    (&name("attn_q.weight"), qd),
+                    (&name("attn_k.weight"), kvd),
+                    (&name("attn_v.weight"), kvd),
+                ],
+                e,
+            )?;
+            let attn_output = l.tensor(&name("attn_output.weight"), e, qd, Op::MatMul)?;
+            let ffn_norm = l.tensor(&name("ffn_norm.weight"), 1, e, Op::RmsNorm)?;
+            let [ffn_gate, ffn_up] = l.joined(
+                [(&name("ffn_gate.weight"), f), (&name("ffn_up.weight"), f)],
+                e,
+            )?;
+            let ffn_down = l.tensor(&name("ffn_down.weight"), e, f, Op::MatMul)?;
             let mut bias =
                 |name: &str, cols| l.optional(&format!("blk.{i}.{name}.bias"), 1, cols, Op::Add);
             let bias = [

@@ -6,7 +6,7 @@
 //! kernels read GGUF blocks (18, 20, 22, 34, ... bytes) as u32 words at any
 //! byte offset, and an unaligned read near the end touches the next word.
 
-use crate::backend::{BackendError, Result, Tensor, WeightData};
+use crate::backend::{BackendError, Result, Tensor, WeightData, WeightInput};
 use crate::quant::GgmlType;
 
 use super::context::Context;
@@ -14,7 +14,7 @@ use super::context::Context;
 pub struct Slot {
     pub buffer: wgpu::Buffer,
     /// Where the tensor starts in `buffer`: 0, or for a weight joined with
-    /// others (`Buffers::join`) its place in their buffer.
+    /// others (`Buffers::load_joined`) its place in their buffer.
     pub offset: u64,
     /// The tensor's own bytes (before padding).
     pub bytes: u64,
@@ -111,34 +111,40 @@ impl Buffers {
         cols: usize,
         data: &[u8],
     ) -> Result<Tensor> {
-        let bytes = tensor_bytes(name, dtype, rows, cols)?;
-        if data.len() as u64 != bytes {
-            return Err(BackendError::Other(format!(
-                "weight {name}: {} bytes given for {rows}x{cols} {dtype}, {bytes} expected",
-                data.len()
-            )));
-        }
-        // A repacked weight takes whole superblocks: up to 7 blocks more.
-        let repacked = ctx.features.repacks(dtype);
-        let bytes = if repacked {
-            (bytes / dtype.type_size() as u64).div_ceil(8) * 8 * dtype.type_size() as u64
-        } else {
-            bytes
-        };
+        let bytes = stored_bytes(ctx, name, dtype, rows, cols, data)?;
         let buffer = create(ctx, name, bytes, true, ctx.max_weight_binding)?;
+        self.upload(ctx, &buffer, &[(0, dtype, data)])?;
+        Ok(self.push(buffer, name, bytes, dtype, rows, cols))
+    }
+
+    /// Writes weights (at their offsets, repacked where the adapter reads
+    /// them so) into `buffer`, mapped at its creation, and unmaps it.
+    fn upload(
+        &mut self,
+        ctx: &Context,
+        buffer: &wgpu::Buffer,
+        ws: &[(u64, GgmlType, &[u8])],
+    ) -> Result<()> {
         {
             let mut view = buffer
                 .get_mapped_range_mut(..)
-                .map_err(|e| BackendError::Other(format!("mapping weight {name}: {e}")))?;
-            let n = bytes as usize;
-            let pad = view.len() - n;
-            if repacked {
-                view.slice(..n)
-                    .copy_from_slice(&repack(data, dtype.type_size()));
-            } else {
-                view.slice(..n).copy_from_slice(data);
+                .map_err(|e| BackendError::Other(format!("mapping a weight's buffer: {e}")))?;
+            // Zeros between and after the weights (the padding).
+            let mut written = 0;
+            for &(at, dtype, data) in ws {
+                let at = at as usize;
+                view.slice(written..at).fill(0);
+                let packed;
+                let bytes = if ctx.features.repacks(dtype) {
+                    packed = repack(data, dtype.type_size());
+                    &packed[..]
+                } else {
+                    data
+                };
+                written = at + bytes.len();
+                view.slice(at..written).copy_from_slice(bytes);
             }
-            view.slice(n..).copy_from_slice(&[0u8; 8][..pad]);
+            view.slice(written..).fill(0);
         }
         buffer.unmap();
         if !ctx.zero_copy {
@@ -146,7 +152,7 @@ impl Buffers {
             // buffer that lives until the copy completes; flush and wait
             // now and then so a model's worth of staging is never held.
             ctx.queue.submit([]);
-            self.staged += bytes;
+            self.staged += buffer.size();
             if self.staged > STAGING_FLUSH_BYTES {
                 self.staged = 0;
                 ctx.device
@@ -154,7 +160,7 @@ impl Buffers {
                     .map_err(|e| BackendError::DeviceLost(e.to_string()))?;
             }
         }
-        Ok(self.push(buffer, name, bytes, dtype, rows, cols))
+        Ok(())
     }
 
     /// A weight over the binding limit, as consecutive parts of whole rows
@@ -206,75 +212,68 @@ impl Buffers {
         Ok(t)
     }
 
-    /// Places weights of one input (`Backend::join_weights`: Q, K, V; gate,
-    /// up) one after the other in one buffer, so that a matmul of them
-    /// binds that buffer once and picks a row's weight by arithmetic (a
-    /// branch between bindings per load made the H200's GEMMs ~25%
-    /// slower). Each stays a tensor of its own, bound at its offset, which
-    /// is a multiple of the adapter's offset alignment and of a
-    /// superblock. Only repacked weights of one type and width, none split
-    /// or joined; false (nothing changed) for any others, or where the
-    /// joint buffer would be over the binding limit.
-    pub fn join(&mut self, ctx: &Context, ws: &[Tensor]) -> Result<bool> {
-        let Some(&w0) = ws.first() else {
-            return Ok(false);
+    /// Weights of one input (`Backend::load_joined`: Q, K, V; gate, up)
+    /// uploaded one after the other into one buffer, so that a matmul of
+    /// them binds that buffer once and picks a row's weight by arithmetic
+    /// (a branch between bindings per load made the H200's GEMMs ~25%
+    /// slower). Each is a tensor of its own, bound at its offset, which is
+    /// a multiple of the adapter's offset alignment and of a superblock.
+    /// Only repacked weights of one type and width; `None` (nothing
+    /// loaded) for any others, or where the joint buffer would be over the
+    /// binding limit. Loaded so rather than copied together after their
+    /// own uploads, the weights lie in memory as apart ones would: the
+    /// copies, with the freed buffers' holes filled by the next layers',
+    /// made every decode mat-vec of the 8b model 2-4% slower on the H200.
+    pub fn load_joined(
+        &mut self,
+        ctx: &Context,
+        ws: &[WeightInput],
+    ) -> Result<Option<Vec<Tensor>>> {
+        let Some(w0) = ws.first() else {
+            return Ok(None);
         };
-        let alike = ws.iter().all(|w| {
-            let slot = self.slots.get(w.id as usize);
-            w.dtype == w0.dtype
-                && w.cols == w0.cols
-                && slot.is_some_and(|s| s.parts.is_empty() && s.joint.is_none() && s.bytes > 0)
-        });
-        let distinct = ws
-            .iter()
-            .enumerate()
-            .all(|(i, w)| ws[..i].iter().all(|v| v.id != w.id));
-        if ws.len() < 2 || !alike || !distinct || !ctx.features.repacks(w0.dtype) {
-            return Ok(false);
+        let alike = ws.iter().all(|w| w.dtype == w0.dtype && w.cols == w0.cols);
+        if ws.len() < 2 || !alike || !ctx.features.repacks(w0.dtype) {
+            return Ok(None);
         }
         let ts = w0.dtype.type_size() as u64;
         let align = u64::from(ctx.limits.min_storage_buffer_offset_alignment);
         let step = lcm(align, 8 * ts);
-        let mut offsets = Vec::with_capacity(ws.len());
+        let mut placed = Vec::with_capacity(ws.len());
         let mut end = 0u64;
         for w in ws {
+            let bytes = stored_bytes(ctx, &w.name, w.dtype, w.rows, w.cols, &w.data)?;
             let start = end.div_ceil(step) * step;
-            offsets.push(start);
-            end = start + padded(self.slots[w.id as usize].bytes);
+            placed.push((start, bytes));
+            end = start + padded(bytes);
         }
         // The kernels index the joint buffer's blocks in u32.
         if end > ctx.max_weight_binding || end / ts > u64::from(u32::MAX) {
-            return Ok(false);
+            return Ok(None);
         }
-        let names: Vec<&str> = ws
-            .iter()
-            .map(|w| self.slots[w.id as usize].name.as_str())
-            .collect();
+        let names: Vec<&str> = ws.iter().map(|w| w.name.as_str()).collect();
         let what = format!("joint of {}", names.join(", "));
-        let buffer = create(ctx, &what, end - 4, false, ctx.max_weight_binding)?;
-        let mut enc = ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("join"),
-            });
-        for (w, &at) in ws.iter().zip(&offsets) {
-            let slot = &self.slots[w.id as usize];
-            enc.copy_buffer_to_buffer(&slot.buffer, 0, &buffer, at, padded(slot.bytes));
-        }
-        ctx.queue.submit([enc.finish()]);
+        let buffer = create(ctx, &what, end - 4, true, ctx.max_weight_binding)?;
+        let data: Vec<_> = ws
+            .iter()
+            .zip(&placed)
+            .map(|(w, &(at, _))| (at, w.dtype, &w.data[..]))
+            .collect();
+        self.upload(ctx, &buffer, &data)?;
         let rows = ws.iter().map(|w| w.rows).sum();
         let joint = self.push(buffer.clone(), &what, end - 4, w0.dtype, rows, w0.cols);
-        for (w, &at) in ws.iter().zip(&offsets) {
-            // The weight's own buffer is freed once the copy has run.
-            let slot = &mut self.slots[w.id as usize];
-            slot.buffer = buffer.clone();
+        let mut tensors = Vec::with_capacity(ws.len());
+        for (w, &(at, bytes)) in ws.iter().zip(&placed) {
+            let t = self.push(buffer.clone(), &w.name, bytes, w.dtype, w.rows, w.cols);
+            let slot = &mut self.slots[t.id as usize];
             slot.offset = at;
             slot.joint = Some((joint, (at / ts) as u32));
+            tensors.push(t);
         }
-        Ok(true)
+        Ok(Some(tensors))
     }
 
-    /// The joint buffer (`join`) that holds all of `ws`, and the block where
+    /// The joint buffer (`load_joined`) that holds all of `ws`, and the block where
     /// each starts in it; `None` if they are not all in one.
     pub fn joint(&self, ws: &[Tensor]) -> Option<(Tensor, Vec<u32>)> {
         let mut firsts = Vec::with_capacity(ws.len());
@@ -345,6 +344,32 @@ fn lcm(a: u64, b: u64) -> u64 {
         (x, y) = (y, x % y);
     }
     a.max(1) / x * b.max(1)
+}
+
+/// The bytes a weight takes on the device, having checked that `data`
+/// holds its blocks: a repacked one takes whole superblocks, up to 7 blocks
+/// more.
+fn stored_bytes(
+    ctx: &Context,
+    name: &str,
+    dtype: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: &[u8],
+) -> Result<u64> {
+    let bytes = tensor_bytes(name, dtype, rows, cols)?;
+    if data.len() as u64 != bytes {
+        return Err(BackendError::Other(format!(
+            "weight {name}: {} bytes given for {rows}x{cols} {dtype}, {bytes} expected",
+            data.len()
+        )));
+    }
+    let ts = dtype.type_size() as u64;
+    Ok(if ctx.features.repacks(dtype) {
+        (bytes / ts).div_ceil(8) * 8 * ts
+    } else {
+        bytes
+    })
 }
 
 fn tensor_bytes(what: &str, dtype: GgmlType, rows: usize, cols: usize) -> Result<u64> {

@@ -6,7 +6,7 @@
 use crate::backend::cpu::check as contract;
 use crate::backend::{
     AttentionParams, Backend, BackendError, Caps, Op, OpTime, Result, RopeParams, Stats, Tensor,
-    WeightData,
+    WeightData, WeightInput,
 };
 use crate::quant::GgmlType::{self, F16, F32};
 
@@ -124,14 +124,17 @@ impl Backend for GpuBackend {
         self.load(name, dtype, rows, cols, &data)
     }
 
-    fn join_weights(&mut self, ws: &[Tensor]) -> Result<()> {
+    fn load_joined(&mut self, ws: &[WeightInput]) -> Result<Vec<Tensor>> {
         // Only the prefill matmuls on cooperative matrices read them joined
         // (`matmuls_coop`).
         if self.ctx.features.coop != 0 {
-            self.flush_pending()?;
-            self.buffers.join(&self.ctx, ws)?;
+            if let Some(ts) = self.buffers.load_joined(&self.ctx, ws)? {
+                return Ok(ts);
+            }
         }
-        Ok(())
+        ws.iter()
+            .map(|w| self.load(&w.name, w.dtype, w.rows, w.cols, &w.data))
+            .collect()
     }
 
     fn discard(&mut self, ts: &[Tensor]) -> Result<()> {

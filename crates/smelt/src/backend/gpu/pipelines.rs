@@ -230,7 +230,7 @@ pub enum Kernel {
 
 /// The weights of a `MatMulCoop` dispatch: one, or up to 3 repacked
 /// weights of one input (`Backend::matmuls`) bound each on its own, or
-/// bound once as the joint buffer that holds them all (`Buffers::join`).
+/// bound once as the joint buffer that holds them all (`Buffers::load_joined`).
 /// `Glu`: gate and up joined, each tile's rows gate and up rows of the
 /// same features in turns of a fragment, written with `out = op(gate) ·
 /// up` and that as the next coop matmul's f16 blocks (`Pending::CoopGateUp`).

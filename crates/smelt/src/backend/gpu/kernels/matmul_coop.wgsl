@@ -49,7 +49,7 @@
 // the other, so the small K and V projections fill the GPU together with
 // Q; weight i > 0 is bound as wq{i} and writes all of out{i}. Params: 4
 // the tiles of all, 7 m1, 8 m2, 9 and 10 the first tiles of w1 and w2.
-// With JOINT the weights are side by side in one buffer (`Buffers::join`),
+// With JOINT the weights are side by side in one buffer (`Buffers::load_joined`),
 // bound once as wq, weight i from its first block, param 11 + i: a load
 // then needs no branch on the weight, which made the H200's multi GEMMs
 // ~25% slower (8b's K and V 5.1 against 6.4 µs a token).
