@@ -147,8 +147,8 @@ impl Bench {
             .collect();
         let cpu = self.cpu.load_joined(&ws).unwrap();
         let gpu = self.gpu.load_joined(&ws).unwrap();
-        let pairs = cpu.into_iter().zip(gpu);
-        pairs
+        cpu.into_iter()
+            .zip(gpu)
             .map(|(cpu, gpu)| Pair {
                 cpu,
                 gpu,
