@@ -145,6 +145,15 @@ fn bad_requests_are_clear_errors() {
     );
     assert!(!out.exists() && !dir.path("out.gguf.partial").exists());
 
+    // The input as the output is refused, and the input is left as it was.
+    let before = std::fs::read(&src).unwrap();
+    let e = quantize_err(&[s, s, "Q8_0".as_ref()]);
+    assert!(e.contains("is the input file"), "{e}");
+    let dotted = dir.path(".").join("src.gguf");
+    let e = quantize_err(&[s, dotted.as_os_str(), "Q8_0".as_ref()]);
+    assert!(e.contains("is the input file"), "{e}");
+    assert_eq!(std::fs::read(&src).unwrap(), before);
+
     let e = quantize_err(&[s, o, "Q9_9".as_ref()]);
     assert!(e.contains("unknown type"), "{e}");
     let e = quantize_err(&[s, o, "Q8_K".as_ref()]);

@@ -17,7 +17,7 @@
 //! its final path and renamed into place.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, anyhow, bail};
@@ -64,6 +64,21 @@ pub struct Args {
     verbose: bool,
 }
 
+/// OUT replaces its path whole, so OUT naming IN (directly, through `..`
+/// or a link) would replace the model being read.
+fn refuse_same_file(input: &Path, output: &Path) -> anyhow::Result<()> {
+    let (Ok(a), Ok(b)) = (input.canonicalize(), output.canonicalize()) else {
+        return Ok(());
+    };
+    if a == b {
+        bail!(
+            "the output {} is the input file; write to another path",
+            output.display()
+        );
+    }
+    Ok(())
+}
+
 /// A type name that smelt can quantize to and llama.cpp can load as weights.
 fn parse_weight_type(s: &str) -> Result<GgmlType, String> {
     let t = GgmlType::from_name(s).ok_or_else(|| format!("unknown type {s:?}"))?;
@@ -104,6 +119,7 @@ enum Plan {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
+    refuse_same_file(&args.input, &args.output)?;
     let file = GgufFile::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
     let threads = args
@@ -180,9 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .add_tensor(info.name.clone(), dtype, &info.dims, out)
             .with_context(|| format!("tensor {:?}", info.name))?;
     }
-    writer
-        .write_file(&args.output)
-        .with_context(|| format!("cannot write {}", args.output.display()))?;
+    writer.write_file(&args.output)?;
 
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
     eprintln!(
