@@ -6,7 +6,7 @@
 //!
 //! - `float.rs`: F32, F16, BF16.
 //! - `legacy.rs`: the 32-value blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1.
-//! - `kquants.rs`: the 256-value super-blocks Q2_K..Q6_K and Q8_K.
+//! - `kquants/`: the 256-value super-blocks Q2_K..Q6_K and Q8_K, a file each.
 //! - `codebook.rs`: IQ4_NL, IQ4_XS and MXFP4, whose quants index a table.
 //! - `ternary.rs`: TQ1_0 and TQ2_0.
 //! - `blocks.rs`: the [`Block`] trait and the row loops they share.
@@ -104,7 +104,9 @@ macro_rules! with_quantizer {
     ($dtype:expr, $B:ident => $e:expr) => {
         dispatch!($dtype, $B => $e, [
             Q4_0 => BlockQ4_0, Q4_1 => BlockQ4_1, Q5_0 => BlockQ5_0, Q5_1 => BlockQ5_1,
-            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1, Q8_K => BlockQ8_K,
+            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1,
+            Q2_K => BlockQ2_K, Q3_K => BlockQ3_K, Q4_K => BlockQ4_K, Q5_K => BlockQ5_K,
+            Q6_K => BlockQ6_K, Q8_K => BlockQ8_K,
         ])
     };
 }
@@ -219,7 +221,7 @@ mod tests {
             Err(QuantError::Unsupported { .. })
         ));
         assert!(matches!(
-            quantize_row(GgmlType::Q4_K, &[0.0; 256], &mut [0; 144]),
+            quantize_row(GgmlType::IQ4_XS, &[0.0; 256], &mut [0; 136]),
             Err(QuantError::Unsupported { .. })
         ));
         assert!(dot_f32(GgmlType::Q8_0, &[0; 34], &[0.0; 33]).is_err());
