@@ -9,6 +9,7 @@
 //! - `kquants/`: the 256-value super-blocks Q2_K..Q6_K and Q8_K, a file each.
 //! - `codebook.rs`: IQ4_NL, IQ4_XS and MXFP4, whose quants index a table.
 //! - `ternary.rs`: TQ1_0 and TQ2_0.
+//! - `ftype.rs`: llama.cpp's file types (`Q4_K_M`), which name a mix of these.
 //! - `blocks.rs`: the [`Block`] trait and the row loops they share.
 //!
 //! The code here is the plain reference: obviously correct, checked against
@@ -17,6 +18,7 @@
 mod blocks;
 mod codebook;
 mod float;
+mod ftype;
 mod kquants;
 mod legacy;
 mod ternary;
@@ -27,6 +29,7 @@ pub use codebook::{
     BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half,
 };
 pub use float::{bf16_to_f32, f32_to_bf16};
+pub use ftype::{FileType, UNKNOWN_FILE_TYPE, describe_file_type};
 pub use kquants::{
     BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, BlockQ8_K, scale_min_k4, scale_q3_k,
 };
