@@ -1,8 +1,9 @@
 //! `smelt quantize`, end to end:
 //!
 //! - against llama-quantize: the files it made of a small synthetic model for
-//!   14 file types (`testdata/quantize/tiny-256.json`: every tensor's type
-//!   and sha256, and the whole file's), read back by the `gguf` package;
+//!   14 file types (`testdata/quantize/tiny-256.json`) and of SmolLM2 for
+//!   two (`smollm2-135m-q4_1.json`), whole file by whole file, and tensor by
+//!   tensor as the `gguf` package reads them where a file differs;
 //! - against the `gguf` package's quantizers (`scripts/quant_ref.py
 //!   check-requant`): metadata, tensor types, and tensor bytes equal to
 //!   `gguf.quants.quantize` of the source's values;
@@ -13,7 +14,6 @@ mod common;
 #[path = "../../smelt/tests/quant_ref/mod.rs"]
 mod quant_ref;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -65,16 +65,76 @@ fn hashes(path: &Path) -> serde_json::Value {
     serde_json::from_str(&out).expect("hashes prints JSON")
 }
 
-/// Every file type of the fixture, tensor by tensor: type, shape and bytes
-/// as llama-quantize (default options, no importance matrix) wrote them,
-/// and then the whole file. The source is rebuilt by the repository's
+/// Each file's sha256, by Python's `hashlib` in one process.
+fn file_sha256s(paths: &[PathBuf]) -> Vec<String> {
+    let out = quant_ref::python()
+        .arg("-c")
+        .arg(
+            "import hashlib, sys\n\
+             for p in sys.argv[1:]: print(hashlib.sha256(open(p, 'rb').read()).hexdigest())",
+        )
+        .args(paths)
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "hashing failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn read_fixture(name: &str) -> serde_json::Value {
+    let path = common::testdata(&format!("quantize/{name}"));
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// `smelt quantize SRC` to every file type of a llama-quantize fixture
+/// (`testdata/quantize/README.md`), compared whole file by whole file;
+/// a file that differs is then compared tensor by tensor (type, shape and
+/// sha256 as the `gguf` package reads them) to say where.
+fn matches_llama_quantize(src: &Path, reference: &serde_json::Value, extra: &[&str]) {
+    let dir = TempDir::new("quantize-fixture");
+    let types = reference["types"].as_object().unwrap();
+    let outs: Vec<PathBuf> = types
+        .keys()
+        .map(|ftype| {
+            let out = dir.path(&format!("{ftype}.gguf"));
+            quantize_ok(src, &out, ftype, extra);
+            out
+        })
+        .collect();
+    let mut mismatches = Vec::new();
+    for ((ftype, want), (out, sha)) in types.iter().zip(outs.iter().zip(file_sha256s(&outs))) {
+        if want["file_sha256"] == sha.as_str() {
+            eprintln!("{ftype}: the file is llama-quantize's");
+            continue;
+        }
+        mismatches.push(format!(
+            "{ftype}: file {sha}, llama-quantize's {}",
+            want["file_sha256"]
+        ));
+        let got = hashes(out);
+        for (name, w) in want["tensors"].as_object().unwrap() {
+            let g = &got["tensors"][name];
+            if g != w {
+                mismatches.push(format!(
+                    "{ftype} {name}: {} {} (llama-quantize: {} {})",
+                    g["type"], g["sha256"], w["type"], w["sha256"]
+                ));
+            }
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+/// Every file type of the fixture as llama-quantize (default options, no
+/// importance matrix) wrote it. The source is rebuilt by the repository's
 /// `scripts/synth_gguf.py`, checked against the hash the fixture records.
 #[test]
 fn tiny_256_is_what_llama_quantize_writes_for_every_file_type() {
-    let reference: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(common::testdata("quantize/tiny-256.json")).unwrap(),
-    )
-    .unwrap();
+    let reference = read_fixture("tiny-256.json");
+    assert_eq!(reference["types"].as_object().unwrap().len(), 14);
     let dir = TempDir::new("quantize-tiny");
     let src = dir.path("tiny-256-f16.gguf");
     let made = quant_ref::python()
@@ -86,51 +146,27 @@ fn tiny_256_is_what_llama_quantize_writes_for_every_file_type() {
         .expect("run synth_gguf.py");
     assert!(made.success(), "synth_gguf.py failed");
     assert_eq!(
-        hashes(&src)["file_sha256"],
-        reference["source"]["sha256"],
+        file_sha256s(std::slice::from_ref(&src))[0],
+        reference["source"]["sha256"].as_str().unwrap(),
         "scripts/synth_gguf.py no longer writes the fixture's source"
     );
+    matches_llama_quantize(&src, &reference, &["--threads", "2"]);
+}
 
-    let types = reference["types"].as_object().unwrap();
-    let mut mismatches = Vec::new();
-    for (ftype, want) in types {
-        let out = dir.path(&format!("{ftype}.gguf"));
-        quantize_ok(&src, &out, ftype, &["--threads", "2"]);
-        let got = hashes(&out);
-        let (want_t, got_t) = (want["tensors"].as_object().unwrap(), &got["tensors"]);
-        assert_eq!(
-            got_t.as_object().unwrap().len(),
-            want_t.len(),
-            "{ftype}: tensors"
-        );
-        let mut bad: BTreeMap<&str, String> = BTreeMap::new();
-        for (name, w) in want_t {
-            let g = &got_t[name];
-            if g != w {
-                bad.insert(
-                    name,
-                    format!(
-                        "{} {} (llama-quantize: {} {})",
-                        g["type"], g["sha256"], w["type"], w["sha256"]
-                    ),
-                );
-            }
-        }
-        if got["file_sha256"] != want["file_sha256"] {
-            bad.insert("(whole file)", format!("{}", got["file_sha256"]));
-        }
-        eprintln!(
-            "{ftype}: {} of {} tensors as llama-quantize's",
-            want_t.len() - bad.len().min(want_t.len()),
-            want_t.len()
-        );
-        mismatches.extend(
-            bad.into_iter()
-                .map(|(n, why)| format!("{ftype} {n}: {why}")),
-        );
-    }
-    assert_eq!(types.len(), 14);
-    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+/// A real model requantized: SmolLM2's rows of 576 are not whole K-quant
+/// super-blocks, so most tensors take llama-quantize's fallbacks, and its
+/// output is tied to the token embedding.
+#[test]
+fn smollm2_requantized_is_what_llama_quantize_writes() {
+    let reference = read_fixture("smollm2-135m-q4_1.json");
+    let src = common::model(common::SMOLLM2);
+    assert_eq!(
+        file_sha256s(std::slice::from_ref(&src))[0],
+        reference["source"]["sha256"].as_str().unwrap(),
+        "the fixture was made from another {}",
+        common::SMOLLM2
+    );
+    matches_llama_quantize(&src, &reference, &["--allow-requantize"]);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! OUT is written beside its final path and renamed into place when whole;
 //! it may not be IN under any name. A progress bar shows on a terminal.
 
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -123,9 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             );
         }
     }
-    for (name, chosen, used) in &plan.fallbacks {
-        eprintln!("note: {name}: rows are not whole {chosen} blocks, so it is {used}");
-    }
+    report_fallbacks(&plan, args.verbose);
     let (bytes_in, bytes_out) = plan
         .tensors
         .iter()
@@ -154,6 +153,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.output.display()
     );
     Ok(())
+}
+
+/// One line for the tensors whose rows are not whole blocks of their type,
+/// which fall back as in llama-quantize; each named with `--verbose`.
+fn report_fallbacks(plan: &Plan, verbose: bool) {
+    let mut kinds: BTreeMap<(GgmlType, GgmlType), usize> = BTreeMap::new();
+    for (name, chosen, used) in &plan.fallbacks {
+        *kinds.entry((*chosen, *used)).or_default() += 1;
+        if verbose {
+            eprintln!("{name}: rows are not whole {chosen} blocks, so it is {used}");
+        }
+    }
+    if !kinds.is_empty() {
+        let kinds: Vec<String> = kinds
+            .iter()
+            .map(|((chosen, used), n)| format!("{n} {chosen} -> {used}"))
+            .collect();
+        eprintln!(
+            "note: rows not whole blocks of their type, so a smaller block: {}",
+            kinds.join(", ")
+        );
+    }
 }
 
 fn mib(bytes: u64) -> String {
