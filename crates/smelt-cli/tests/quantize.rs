@@ -93,8 +93,12 @@ fn read_fixture(name: &str) -> serde_json::Value {
 /// (`testdata/quantize/README.md`), compared whole file by whole file;
 /// a file that differs is then compared tensor by tensor (type, shape and
 /// sha256 as the `gguf` package reads them) to say where.
-fn matches_llama_quantize(src: &Path, reference: &serde_json::Value, extra: &[&str]) {
-    let dir = TempDir::new("quantize-fixture");
+fn matches_llama_quantize(
+    dir: &TempDir,
+    src: &Path,
+    reference: &serde_json::Value,
+    extra: &[&str],
+) {
     let types = reference["types"].as_object().unwrap();
     let outs: Vec<PathBuf> = types
         .keys()
@@ -150,7 +154,7 @@ fn tiny_256_is_what_llama_quantize_writes_for_every_file_type() {
         reference["source"]["sha256"].as_str().unwrap(),
         "scripts/synth_gguf.py no longer writes the fixture's source"
     );
-    matches_llama_quantize(&src, &reference, &["--threads", "2"]);
+    matches_llama_quantize(&dir, &src, &reference, &["--threads", "2"]);
 }
 
 /// A real model requantized: SmolLM2's rows of 576 are not whole K-quant
@@ -166,7 +170,20 @@ fn smollm2_requantized_is_what_llama_quantize_writes() {
         "the fixture was made from another {}",
         common::SMOLLM2
     );
-    matches_llama_quantize(&src, &reference, &["--allow-requantize"]);
+    let dir = TempDir::new("quantize-smollm2");
+    matches_llama_quantize(&dir, &src, &reference, &["--allow-requantize"]);
+    // Mostly Q5_0 and Q8_0 by count, but named by its file type, as
+    // llama-bench names it.
+    let info = Command::new(env!("CARGO_BIN_EXE_smelt"))
+        .arg("info")
+        .arg(dir.path("Q4_K_M.gguf"))
+        .output()
+        .expect("run smelt info");
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.lines().any(|l| l == "file type:    Q4_K - Medium"),
+        "{info}"
+    );
 }
 
 #[test]

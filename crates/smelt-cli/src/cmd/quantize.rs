@@ -90,6 +90,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
     let file = GgufFile::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
+    if !args.dry_run {
+        // Before the plan's notes and the work: a clear refusal first.
+        quantize::check_output(&args.output, &args.input)?;
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 pub use mix::{MixOptions, ModelShape, allows_quantization};
-pub use output::OutputFile;
+pub use output::{OutputFile, check_output};
 
 use crate::gguf::{GgufError, GgufFile, GgufWriter, Header, Value};
 use crate::quant::{self, FileType, GgmlType, QuantError};

@@ -57,9 +57,18 @@ impl OutputFile {
     }
 
     /// Flushes and syncs the file, renames it to the output's path and
-    /// syncs the folder, so the file is whole on disk before and after.
+    /// syncs the folder, so the file is whole on disk before and after. On
+    /// an error the temporary file is removed.
     pub fn commit(mut self) -> Result<(), QuantizeError> {
         let file = self.file.take().expect("open until commit");
+        let done = self.finish(file);
+        if done.is_err() {
+            let _ = fs::remove_file(&self.temp);
+        }
+        done
+    }
+
+    fn finish(&self, file: BufWriter<File>) -> Result<(), QuantizeError> {
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| QuantizeError::Io { path, source }
@@ -97,7 +106,9 @@ fn folder_of(path: &Path) -> &Path {
 }
 
 /// Refuses an output that is the input, or that cannot be written.
-fn check_output(path: &Path, input: &Path) -> Result<(), QuantizeError> {
+/// [`OutputFile::create`] checks this; a caller may check earlier, before
+/// long work.
+pub fn check_output(path: &Path, input: &Path) -> Result<(), QuantizeError> {
     let bad = |reason: String| QuantizeError::Output {
         path: path.to_path_buf(),
         reason,
@@ -207,6 +218,17 @@ mod tests {
         f.commit().unwrap();
         assert_eq!(fs::read(&out).unwrap(), b"new");
         assert_eq!(fs::read_dir(&dir).unwrap().count(), 2);
+
+        // A commit that fails (a folder took the output's name meanwhile)
+        // leaves no temporary file either.
+        let late = dir.join("late.gguf");
+        let mut f = OutputFile::create(&late, &input).unwrap();
+        f.write_all(b"new").unwrap();
+        fs::create_dir(&late).unwrap();
+        fs::write(late.join("inside"), b"x").unwrap();
+        assert!(f.commit().is_err());
+        assert_eq!(fs::read_dir(&dir).unwrap().count(), 3);
+        fs::remove_dir_all(&late).unwrap();
 
         let missing = dir.join("no-such-folder").join("out.gguf");
         assert!(matches!(
