@@ -212,6 +212,16 @@ impl Device {
         }
     }
 
+    /// On the GPU, the time of each kernel of one run of `exe` (run first
+    /// so its inputs are written), each dispatch timed on its own; `None`
+    /// on the CPU.
+    pub fn profile(&mut self, exe: &Executable) -> Result<Option<Vec<(String, f64, usize)>>> {
+        match (&mut self.backend, &exe.exec) {
+            (Backend::Gpu(gpu), Exec::Gpu(e)) => Ok(Some(e.profile(gpu)?)),
+            _ => Ok(None),
+        }
+    }
+
     /// The variables on the device, in the order they were made.
     pub fn variables(&self) -> Vec<(String, Shape)> {
         self.vars

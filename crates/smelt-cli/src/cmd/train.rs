@@ -104,6 +104,10 @@ struct CnnArgs {
     /// Write each step's loss to this file, one per line
     #[arg(long)]
     losses: Option<PathBuf>,
+    /// GPU: after training, time each kernel of one step on its own and
+    /// print where the time goes
+    #[arg(long)]
+    profile: bool,
 }
 
 #[derive(clap::Args)]
@@ -139,6 +143,10 @@ struct RnnArgs {
     /// Write each step's loss to this file, one per line
     #[arg(long)]
     losses: Option<PathBuf>,
+    /// GPU: after training, time each kernel of one step on its own and
+    /// print where the time goes
+    #[arg(long)]
+    profile: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -169,6 +177,22 @@ fn progress(steps: usize, unit: &'static str) -> (indicatif::ProgressBar, impl F
         b.set_position(s.step as u64);
     };
     (bar, on_step)
+}
+
+fn print_profile(profile: &Option<Vec<(String, f64, usize)>>) {
+    let Some(p) = profile else { return };
+    let total: f64 = p.iter().map(|k| k.1).sum();
+    eprintln!(
+        "smelt: one step's kernels, each dispatch timed alone: {:.2} ms",
+        total * 1e3
+    );
+    for (k, t, n) in p {
+        eprintln!(
+            "  {:>8.3} ms {:>5.1}%  {n:>4} x {k}",
+            t * 1e3,
+            t / total * 100.0
+        );
+    }
 }
 
 fn write_outputs(
@@ -219,6 +243,7 @@ fn train_cnn(a: CnnArgs) -> anyhow::Result<()> {
         batch: a.batch,
         lr: a.lr,
         seed: a.dev.seed,
+        profile: a.profile,
         ..Default::default()
     };
     let (bar, mut on_step) = progress(opts.steps, "images");
@@ -230,6 +255,7 @@ fn train_cnn(a: CnnArgs) -> anyhow::Result<()> {
             run.submissions_per_step, run.dispatches_per_step
         );
     }
+    print_profile(&run.profile);
     println!(
         "trained {} steps of {} images in {:.1} s ({:.1} steps/s) on {}",
         opts.steps,
@@ -266,6 +292,7 @@ fn train_rnn(a: RnnArgs) -> anyhow::Result<()> {
         embed: a.embed,
         lr: a.lr,
         seed: a.dev.seed,
+        profile: a.profile,
     };
     println!(
         "corpus {}: {} training and {} held-out bytes, vocabulary {}",
@@ -283,6 +310,7 @@ fn train_rnn(a: RnnArgs) -> anyhow::Result<()> {
             run.submissions_per_step, run.dispatches_per_step
         );
     }
+    print_profile(&run.profile);
     println!(
         "trained {} steps of {}x{} characters in {:.1} s ({:.2} steps/s) on {}",
         opts.steps,

@@ -288,6 +288,40 @@ impl GpuExec {
         self.recorded.len()
     }
 
+    /// Wall time of each dispatch on its own (a submission and a wait
+    /// each), summed by kernel: where a step's time goes. For finding
+    /// limits, not for speed figures.
+    pub fn profile(&self, dev: &mut GpuDevice) -> Result<Vec<(String, f64, usize)>> {
+        let mut by_kernel: Vec<(String, f64, usize)> = Vec::new();
+        for r in &self.recorded {
+            let mut enc = dev.ctx.device.create_command_encoder(&Default::default());
+            {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                let p = &dev.pipelines[&r.kernel];
+                pass.set_pipeline(&p.pipeline);
+                pass.set_bind_group(0, &r.group, &[]);
+                pass.dispatch_workgroups(r.groups[0], r.groups[1], r.groups[2]);
+            }
+            let start = std::time::Instant::now();
+            dev.ctx.queue.submit([enc.finish()]);
+            dev.ctx
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| NnError::Gpu(e.to_string()))?;
+            let t = start.elapsed().as_secs_f64();
+            let label = r.kernel.label();
+            match by_kernel.iter_mut().find(|(l, _, _)| *l == label) {
+                Some(e) => {
+                    e.1 += t;
+                    e.2 += 1;
+                }
+                None => by_kernel.push((label, t, 1)),
+            }
+        }
+        by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Ok(by_kernel)
+    }
+
     /// One run: one submission.
     pub fn run(
         &mut self,

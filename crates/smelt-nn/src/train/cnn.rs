@@ -16,6 +16,8 @@ pub struct CnnOptions {
     pub lr: f32,
     /// Seeds the split, the shuffles and the first weights.
     pub seed: u64,
+    /// After training, time each GPU kernel of one step on its own.
+    pub profile: bool,
     /// The held-out share of the digits.
     pub held_out: f32,
 }
@@ -27,6 +29,7 @@ impl Default for CnnOptions {
             batch: 32,
             lr: 2e-3,
             seed: 1,
+            profile: false,
             held_out: 0.2,
         }
     }
@@ -41,6 +44,8 @@ pub struct CnnRun {
     pub submissions_per_step: u64,
     pub dispatches_per_step: usize,
     pub train_seconds: f64,
+    /// Seconds and dispatches of each kernel in one step (`profile`).
+    pub profile: Option<Vec<(String, f64, usize)>>,
 }
 
 /// The digits split as training uses it.
@@ -99,6 +104,11 @@ pub fn train(
         });
     }
     let train_seconds = start.elapsed().as_secs_f64();
+    let profile = if opts.profile {
+        dev.profile(&exe)?
+    } else {
+        None
+    };
     let after = dev.stats();
     let (accuracy, _) = evaluate(dev, &test_set)?;
     Ok(CnnRun {
@@ -109,6 +119,7 @@ pub fn train(
         submissions_per_step: (after.submissions - before.submissions) / opts.steps as u64,
         dispatches_per_step: exe.ops_per_run(),
         train_seconds,
+        profile,
     })
 }
 

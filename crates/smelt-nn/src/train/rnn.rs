@@ -20,6 +20,8 @@ pub struct RnnOptions {
     pub embed: usize,
     pub lr: f32,
     pub seed: u64,
+    /// After training, time each GPU kernel of one step on its own.
+    pub profile: bool,
 }
 
 impl Default for RnnOptions {
@@ -32,6 +34,7 @@ impl Default for RnnOptions {
             embed: 32,
             lr: 3e-3,
             seed: 1,
+            profile: false,
         }
     }
 }
@@ -44,6 +47,8 @@ pub struct RnnRun {
     pub submissions_per_step: u64,
     pub dispatches_per_step: usize,
     pub train_seconds: f64,
+    /// Seconds and dispatches of each kernel in one step (`profile`).
+    pub profile: Option<Vec<(String, f64, usize)>>,
 }
 
 pub fn config(corpus: &Corpus, opts: &RnnOptions) -> Config {
@@ -120,6 +125,11 @@ pub fn train(
         });
     }
     let train_seconds = start.elapsed().as_secs_f64();
+    let profile = if opts.profile {
+        dev.profile(&exe)?
+    } else {
+        None
+    };
     let after = dev.stats();
     let held_out = evaluate(dev, &cfg, &corpus.held_out, opts.seq)?;
     Ok(RnnRun {
@@ -129,6 +139,7 @@ pub fn train(
         submissions_per_step: (after.submissions - before.submissions) / opts.steps as u64,
         dispatches_per_step: exe.ops_per_run(),
         train_seconds,
+        profile,
     })
 }
 
