@@ -74,6 +74,7 @@ fn lstm_learns_text_on_cpu_and_gpu_alike() {
         embed: 8,
         lr: 1e-2,
         seed: 3,
+        profile: false,
     };
     let mut cpu = Device::cpu(2, opts.seed).unwrap();
     let c = rnn::train(&mut cpu, &corpus, &opts, &mut |_| {}).unwrap();
