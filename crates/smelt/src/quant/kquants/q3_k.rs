@@ -4,7 +4,7 @@
 use bytemuck::{Pod, Zeroable};
 
 use super::q2_k::pack_2bit;
-use super::search::{make_q3_quants, nearest_int};
+use super::search::{make_q3_quants, nearest_int, signed_absmax};
 use crate::quant::blocks::{Block, F16Bytes, Quantize, f16_to_f32, f32_to_f16};
 use crate::quant::{GgmlType, QK_K};
 
@@ -78,13 +78,7 @@ impl Quantize for BlockQ3_K {
         {
             *s = make_q3_quants(4, xs, ls);
         }
-        let (mut max_scale, mut amax) = (0f32, 0f32);
-        for &s in &scales {
-            if s.abs() > amax {
-                amax = s.abs();
-                max_scale = s;
-            }
-        }
+        let (max_scale, _) = signed_absmax(&scales);
 
         let mut b = Self::zeroed();
         if max_scale != 0.0 {

@@ -3,7 +3,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::search::{GROUP_MAX_EPS, make_qx_quants, nearest_int};
+use super::search::{GROUP_MAX_EPS, make_qx_quants, nearest_int, signed_absmax};
 use crate::quant::blocks::{Block, F16Bytes, Quantize, f16_to_f32, f32_to_f16};
 use crate::quant::{GgmlType, QK_K};
 
@@ -58,13 +58,7 @@ impl Quantize for BlockQ6_K {
         {
             *s = make_qx_quants(32, xs, ls);
         }
-        let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
-        for &s in &scales {
-            if s.abs() > max_abs_scale {
-                max_abs_scale = s.abs();
-                max_scale = s;
-            }
-        }
+        let (max_scale, max_abs_scale) = signed_absmax(&scales);
         let mut b = Self::zeroed();
         if max_abs_scale < GROUP_MAX_EPS {
             return b;

@@ -23,7 +23,7 @@ pub fn nearest_int(x: f32) -> i32 {
 
 /// The value of largest magnitude with its sign, the first one on ties, and
 /// that magnitude.
-fn signed_absmax(x: &[f32]) -> (f32, f32) {
+pub fn signed_absmax(x: &[f32]) -> (f32, f32) {
     let (mut max, mut amax) = (0f32, 0f32);
     for &v in x {
         if v.abs() > amax {
