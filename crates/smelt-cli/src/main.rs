@@ -13,7 +13,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "smelt",
     version,
-    about = "Run large language models from GGUF files on GPUs and CPUs"
+    about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,7 +26,7 @@ enum Command {
     Info(cmd::info::Args),
     /// Turn text into token ids, or ids back into text
     Tokenize(cmd::tokenize::Args),
-    /// Requantize a model's 2-D weights to another type
+    /// Quantize a model to another file type (Q4_K_M, Q8_0, ...) as llama-quantize does
     Quantize(cmd::quantize::Args),
     /// Generate text from a prompt
     Run(cmd::run::Args),
@@ -44,6 +44,13 @@ enum Command {
     Template(cmd::template::Args),
     /// List the GPU adapters and what they can do
     Devices(cmd::devices::Args),
+    /// Train an example network (a CNN on digits, an LSTM on text) on the
+    /// CPU or a GPU
+    Train(cmd::train::Args),
+    /// Classify 8x8 digits with a checkpoint of `smelt train cnn`
+    Classify(cmd::classify::Args),
+    /// Sample text from a checkpoint of `smelt train rnn`
+    Sample(cmd::sample::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +69,9 @@ fn main() -> ExitCode {
         Command::Pull(a) => cmd::pull::run(a),
         Command::Template(a) => cmd::template::run(a),
         Command::Devices(a) => cmd::devices::run(a),
+        Command::Train(a) => cmd::train::run(a),
+        Command::Classify(a) => cmd::classify::run(a),
+        Command::Sample(a) => cmd::sample::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

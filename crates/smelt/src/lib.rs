@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod grammar;
 pub mod model;
 pub mod quant;
+pub mod quantize;
 pub mod sample;
 pub mod server;
 pub mod tokenizer;
