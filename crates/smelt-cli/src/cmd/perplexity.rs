@@ -41,7 +41,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let text = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let text = String::from_utf8_lossy(&text);
+    // Replacing bad bytes would score text that is not in the file.
+    let text = String::from_utf8(text).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        anyhow::anyhow!(
+            "{} is not valid UTF-8: the bytes at offset {at} are not a character (convert it, e.g. with iconv)",
+            args.file.display()
+        )
+    })?;
     let first = n_ctx / 2;
     let params = SessionParams {
         n_ctx: Some(n_ctx),

@@ -238,7 +238,11 @@ impl Session {
                     c.n_ctx_train
                 )));
             }
-            Some(0) => return Err(ModelError::Param("a context of 0".into())),
+            Some(0) => {
+                return Err(ModelError::Param(
+                    "a context of 0 positions holds no token; it must be at least 1".into(),
+                ));
+            }
             Some(n) => n,
             None => c.n_ctx_train.min(DEFAULT_MAX_CTX),
         };

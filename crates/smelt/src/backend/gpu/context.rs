@@ -91,15 +91,22 @@ fn instance() -> wgpu::Instance {
 }
 
 /// Every adapter, in a stable order: as the drivers list them, GL (when
-/// asked for) last.
+/// asked for) last. The drivers are asked once per process: choosing a
+/// device and opening it see the same list, and driver layers that print
+/// on every enumeration print once.
 pub fn adapters() -> Vec<(AdapterReport, wgpu::Adapter)> {
-    let inst = instance();
-    let mut list = pollster::block_on(inst.enumerate_adapters(backends()));
-    list.sort_by_key(|a| a.get_info().backend == wgpu::Backend::Gl);
-    list.into_iter()
-        .enumerate()
-        .map(|(i, a)| (AdapterReport::new(i, &a), a))
-        .collect()
+    static LIST: std::sync::OnceLock<Vec<(AdapterReport, wgpu::Adapter)>> =
+        std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        let inst = instance();
+        let mut list = pollster::block_on(inst.enumerate_adapters(backends()));
+        list.sort_by_key(|a| a.get_info().backend == wgpu::Backend::Gl);
+        list.into_iter()
+            .enumerate()
+            .map(|(i, a)| (AdapterReport::new(i, &a), a))
+            .collect()
+    })
+    .clone()
 }
 
 /// Which features to use, of those the adapter has. Tests switch them off to
