@@ -126,3 +126,71 @@ fn device_alone_means_the_gpu() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--device selects a GPU"));
 }
+
+/// Without `--backend`, a command takes `auto`: a hardware GPU in the fast
+/// mode, or the CPU where there is none (CI: lavapipe only), saying which
+/// in one line; the adapters are probed once (Mesa's warnings about a
+/// missing XDG_RUNTIME_DIR come once, as two lines, where it prints them).
+#[test]
+fn auto_says_what_it_chose_in_one_line() {
+    let m = model();
+    let out = smelt(&["run", "-m", &m, "-n", "1", "-p", "Hi"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let choices: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("using GPU") || l.contains("using the CPU"))
+        .collect();
+    assert_eq!(choices.len(), 1, "{err}");
+    let line = choices[0];
+    match smelt::backend::gpu::best_hardware() {
+        Some(r) => assert!(
+            line.starts_with(&format!("smelt: using GPU {} (", r.index))
+                && line.ends_with("in fast mode"),
+            "{line}"
+        ),
+        None => assert!(
+            line.starts_with("smelt: no hardware GPU; using the CPU ("),
+            "{line}"
+        ),
+    }
+    let noise = err
+        .lines()
+        .filter(|l| l.contains("XDG_RUNTIME_DIR"))
+        .count();
+    assert!(noise <= 2, "the adapters were probed more than once: {err}");
+}
+
+/// `--exact` on the GPU is ggml's arithmetic bit for bit: greedy text
+/// equals the CPU's in its exact mode, token for token, past the clear
+/// prefix too; the choice line names the mode.
+#[test]
+fn exact_on_gpu_is_the_cpus_exact_text() {
+    let m = model();
+    let run = |backend: &str| {
+        smelt(&[
+            "run",
+            "-m",
+            &m,
+            "--backend",
+            backend,
+            "--exact",
+            "-n",
+            "24",
+            "--temp",
+            "0",
+            "--ctx",
+            "64",
+            "-p",
+            "Once upon a time",
+        ])
+    };
+    let gpu = run("gpu");
+    let cpu = run("cpu");
+    let err = String::from_utf8_lossy(&gpu.stderr);
+    assert!(err.contains("in exact mode"), "{err}");
+    assert!(!gpu.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&gpu.stdout),
+        String::from_utf8_lossy(&cpu.stdout)
+    );
+}
