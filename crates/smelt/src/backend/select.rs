@@ -230,10 +230,18 @@ pub fn choose(
                 },
             })
         }
-        (_, device) => Ok(gpu_chosen(GpuBackend::new(&GpuOptions {
-            device,
-            ..*base
-        })?)),
+        (_, device) => {
+            let opts = GpuOptions { device, ..*base };
+            match GpuBackend::new(&opts) {
+                Ok(g) => Ok(gpu_chosen(g)),
+                // Asked for by name, the GPU is never swapped for the CPU:
+                // the error says how to get it.
+                Err(BackendError::NoAdapter(why)) => Err(BackendError::NoAdapter(format!(
+                    "{why} (--backend auto or --backend cpu runs on the CPU)"
+                ))),
+                Err(e) => Err(e),
+            }
+        }
     }
 }
 
