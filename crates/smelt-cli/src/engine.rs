@@ -45,13 +45,14 @@ pub fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `--backend`, `--device`, `--threads` and `--verbose`.
+/// `--backend`, `--device`, `--threads`, `--exact` and `--verbose`.
 #[derive(clap::Args)]
 pub struct BackendArgs {
-    /// Compute backend: cpu, cpu-ref (the plain reference ops), gpu, auto
-    /// (default: cpu, or gpu with --device)
-    #[arg(long)]
-    pub backend: Option<BackendKind>,
+    /// Compute backend: auto (a hardware GPU when there is one, else the
+    /// CPU), gpu (the best adapter, software ones such as lavapipe too),
+    /// cpu, or cpu-ref (the plain reference ops)
+    #[arg(long, default_value = "auto")]
+    pub backend: BackendKind,
     /// GPU adapter: an index into `smelt devices` (alone, it means
     /// --backend gpu)
     #[arg(long)]
@@ -59,16 +60,21 @@ pub struct BackendArgs {
     /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// ggml's arithmetic bit for bit, as llama.cpp's CPU backend computes:
+    /// on the GPU, activations rounded to 8-bit blocks and every operation
+    /// rounded as ggml's C code (several times slower than the default fast
+    /// mode, whose plain hardware arithmetic is within 1% of llama.cpp's
+    /// perplexity); on the CPU, ggml's order for Q4_0/Q8_0 prefill too
+    #[arg(long)]
+    pub exact: bool,
+    /// Deprecated and ignored: the GPU's fast mode is the default (see
+    /// --exact)
+    #[arg(long, hide = true, conflicts_with = "exact")]
+    pub gpu_f32_acts: bool,
     /// Print the backend's work per token (submissions, dispatches) on
     /// stderr
     #[arg(long)]
     pub verbose: bool,
-    /// GPU: the fast mode: plain hardware arithmetic, f32 activations for
-    /// prefill (tensor cores where the adapter has them), Q4_0/Q8_0 decode
-    /// on Q8 blocks with integer dot products as llama.cpp's GPU backends;
-    /// not bit for bit llama.cpp's CPU
-    #[arg(long)]
-    pub gpu_f32_acts: bool,
     /// GPU: time every kernel with timestamp queries (each dispatch in its
     /// own pass, a wait per submission) and print where the time goes
     #[arg(long)]
@@ -76,18 +82,19 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
+    /// The backend, with one line on stderr saying which it is.
     fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
+        if self.gpu_f32_acts {
+            eprintln!("smelt: --gpu-f32-acts is deprecated: the fast mode is the GPU's default");
+        }
         let gpu = GpuOptions {
-            quantize_activations: !self.gpu_f32_acts,
+            quantize_activations: self.exact,
             profile: self.perf,
             ..GpuOptions::default()
         };
-        // `--device N` alone names a GPU.
-        let kind = self.backend.unwrap_or(match self.device {
-            Some(_) => BackendKind::Gpu,
-            None => BackendKind::Cpu,
-        });
-        Ok(select::select_with(kind, self.device, self.threads, &gpu)?)
+        let chosen = select::choose(self.backend, self.device, self.threads, &gpu)?;
+        eprintln!("smelt: {}", chosen.choice);
+        Ok(chosen.backend)
     }
 }
 

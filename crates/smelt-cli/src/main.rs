@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "smelt",
     version,
-    about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks"
+    about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks",
+    after_help = "Commands that run a model (run, chat, serve, bench, perplexity) use a \
+                  hardware GPU when there is one, in its fast mode (--exact: ggml's \
+                  arithmetic bit for bit), else the CPU, and say which on stderr \
+                  (--backend cpu|gpu|auto, --device N)."
 )]
 struct Cli {
     #[command(subcommand)]
