@@ -50,6 +50,33 @@ fn compare(tol: f64, what: &str, op: impl Fn(&mut dyn Backend) -> Tensor) {
     assert!(e <= tol, "{what}: nmse {e:e} > {tol:e}");
 }
 
+/// [`compare`] on the fast backend of each instruction set this CPU has
+/// (the better ones forced off), in the fast and the exact mode.
+fn compare_each(tol: f64, what: &str, op: impl Fn(&mut dyn Backend) -> Tensor) {
+    use smelt::backend::cpu::{CpuOptions, Isa};
+    let want = {
+        let mut r = CpuBackend::reference();
+        let out = op(&mut r);
+        r.read_f32(out).unwrap()
+    };
+    for isa in Isa::available() {
+        for exact in [false, true] {
+            let options = CpuOptions {
+                threads: 3,
+                exact,
+                isa,
+            };
+            let mut f = CpuBackend::with_options(&options).unwrap();
+            let out = op(&mut f);
+            let e = nmse(&f.read_f32(out).unwrap(), &want);
+            assert!(
+                e <= tol,
+                "{what} {isa:?} exact {exact}: nmse {e:e} > {tol:e}"
+            );
+        }
+    }
+}
+
 fn weight(b: &mut dyn Backend, dtype: GgmlType, m: usize, k: usize, v: &[f32]) -> Tensor {
     let bytes = match dtype {
         GgmlType::F32 => bytemuck::cast_slice(v).to_vec(),
@@ -200,8 +227,11 @@ fn attention_sweep() {
         (9, 3, 64, 70, 1, 33),
         (8, 1, 12, 19, 3, 17),
         // Enough rows for work items of more than 16 rows, which mix the
-        // sequences and positions.
+        // sequences and positions; from 64 rows the fast mode tiles.
         (8, 2, 32, 300, 2, 260),
+        (4, 1, 256, 200, 1, 100),
+        (6, 3, 40, 150, 2, 70),
+        (9, 3, 64, 90, 1, 64),
     ];
     for &(hq, hk, hd, ctx, slots, n) in &cases {
         let rows = ctx * slots;
@@ -232,7 +262,7 @@ fn attention_sweep() {
                     GgmlType::F16 => 1e-6,
                     _ => 1e-11,
                 };
-                compare(
+                compare_each(
                     tol,
                     &format!("attention {dtype} {hq}/{hk}x{hd} ctx{ctx} n{n}"),
                     |b| {

@@ -130,6 +130,7 @@ impl Fast {
         attention::attention(
             &mut self.pool,
             self.isa,
+            self.exact,
             &self.scratch,
             &mut self.spans,
             q,

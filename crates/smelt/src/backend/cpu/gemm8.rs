@@ -30,7 +30,9 @@
 //! Legend: `k` values per row, `nb = k/32` blocks per row, `n` activation
 //! rows.
 
-use super::q8::QK8;
+use std::ops::Range;
+
+use super::q8::{Q8Acts, QK8};
 use super::simd::Madd;
 use crate::quant::GgmlType;
 
@@ -166,59 +168,52 @@ impl Interleaved {
     }
 }
 
-/// An activation row for [`rows8`].
-#[derive(Clone, Copy)]
-pub struct XRow<'a> {
-    /// Quants.
-    pub qs: &'a [i8],
-    /// Scales, per block.
-    pub d: &'a [f32],
-    /// `8·Σq` per block: what Q4_0's unsigned nibbles take off (Q5_0
-    /// twice that).
-    pub sum8: &'a [i32],
-    /// `f16(d·Σq)` per block: what the minimums multiply.
-    pub s: &'a [f32],
-}
-
-/// Whether [`rows8`] has a kernel for this entry point (AVX2 only; the
+/// Whether [`group`] has a kernel for this entry point (AVX2 only; the
 /// others keep [`super::q8`]'s tiles).
 #[inline(always)]
 pub fn has_kernel<M: Madd>() -> bool {
     cfg!(target_arch = "x86_64") && M::AVX2
 }
 
-/// `P` activation rows against group `g` of `w`: 8 outputs per row (the
-/// padding rows' too). Only when [`has_kernel`].
+/// Activation rows `rows` of `x` (rows of `k` values) against group `g`
+/// of `w`: 8 outputs per row (the padding rows' too) into `out`, row after
+/// row. One call per group, so the group's weights stay in L1 while the
+/// rows pass. Only when [`has_kernel`].
 #[inline(always)]
-pub fn rows8<M: Madd, const P: usize>(
+pub fn group<M: Madd>(
     dtype: GgmlType,
     w: &Interleaved,
     g: usize,
-    xs: [XRow; P],
-) -> [[f32; ROWS]; P] {
+    x: &Q8Acts,
+    k: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
-        use avx2::{Q4_0, Q5_0, Q5_1, Q8_0, rows8 as r8};
+        use avx2::{Q4_0, Q5_0, Q5_1, Q8_0, group as run};
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2, FMA and F16C.
         return unsafe {
             match dtype {
-                GgmlType::Q4_0 => r8::<P, Q4_0>(w, g, xs),
-                GgmlType::Q5_0 => r8::<P, Q5_0>(w, g, xs),
-                GgmlType::Q5_1 => r8::<P, Q5_1>(w, g, xs),
-                _ => r8::<P, Q8_0>(w, g, xs),
+                GgmlType::Q4_0 => run::<Q4_0>(w, g, x, k, rows, out),
+                GgmlType::Q5_0 => run::<Q5_0>(w, g, x, k, rows, out),
+                GgmlType::Q5_1 => run::<Q5_1>(w, g, x, k, rows, out),
+                _ => run::<Q8_0>(w, g, x, k, rows, out),
             }
         };
     }
-    let _ = (dtype, w, g, xs);
-    unreachable!("rows8 without has_kernel")
+    let _ = (dtype, w, g, x, k, rows, out);
+    unreachable!("gemm8::group without has_kernel")
 }
 
 #[cfg(target_arch = "x86_64")]
 pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, Interleaved, Layout, QK8, ROWS, WORDS, XRow};
+    use std::ops::Range;
+
+    use super::{GgmlType, Interleaved, Layout, Q8Acts, QK8, ROWS, WORDS};
 
     /// [`Interleaved::unpack_group`] for a group of 8 real rows, a block at
     /// a time: the 8 rows' words transposed in registers (the 4- and 5-bit
@@ -375,6 +370,64 @@ pub(super) mod avx2 {
     pub const Q5_1: u8 = 3;
     pub const Q8_0: u8 = 4;
 
+    /// [`super::group`]: the rows 4 at a time ([`rows`]), then one at a time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn group<const T: u8>(
+        w: &Interleaved,
+        g: usize,
+        x: &Q8Acts,
+        k: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        let nb = w.nb;
+        assert!(
+            g < w.groups
+                && nb * QK8 == k
+                && w.qs.len() >= w.groups * nb * WORDS
+                && w.d.len() >= w.groups * nb * ROWS
+                && (T != Q5_1 || w.m.len() >= w.groups * nb * ROWS)
+                && x.qs.len() >= rows.end * k
+                && x.d.len() >= rows.end * nb
+                && x.sum8.len() >= rows.end * nb
+                && x.s.len() >= rows.end * nb
+                && out.len() >= rows.len() * ROWS,
+            "rows shorter than their blocks"
+        );
+        // Row i's arrays (inside the asserted lengths).
+        let row = |i: usize| XPtr {
+            qs: x.qs.as_ptr().wrapping_add(i * k),
+            d: x.d.as_ptr().wrapping_add(i * nb),
+            sum8: x.sum8.as_ptr().wrapping_add(i * nb),
+            s: x.s.as_ptr().wrapping_add(i * nb),
+        };
+        let mut i = rows.start;
+        while i < rows.end {
+            let o = out.as_mut_ptr().wrapping_add((i - rows.start) * ROWS);
+            // SAFETY: rows i.. < rows.end and their outputs, as asserted.
+            if rows.end - i >= 4 {
+                unsafe { rows_of::<4, T>(w, g, [row(i), row(i + 1), row(i + 2), row(i + 3)], o) };
+                i += 4;
+            } else {
+                unsafe { rows_of::<1, T>(w, g, [row(i)], o) };
+                i += 1;
+            }
+        }
+    }
+
+    /// One activation row's arrays: quants, scales, `8·Σq` and `f16(d·Σq)`
+    /// per block.
+    #[derive(Clone, Copy)]
+    struct XPtr {
+        qs: *const i8,
+        d: *const f32,
+        sum8: *const i32,
+        s: *const f32,
+    }
+
     /// Per block: for each word `t`, the 8 rows' quants are loaded once and
     /// each activation row's 4 values broadcast against them; `maddubs`
     /// gives each row's 2 pair sums in its lane. The unsigned types add
@@ -383,114 +436,90 @@ pub(super) mod avx2 {
     /// Q4_0 and Q5_0 take `8·Σx` or `16·Σx` off; Q8_0 moves the weight's
     /// sign onto x (|w| ≤ 128, |x| ≤ 127: a pair is at most 32512) and adds
     /// in i32. Then one conversion, one multiply of the scales, one `fma`
-    /// for the 8 outputs, and one more `fma` for Q5_1's minimums.
+    /// for the 8 outputs, and one more `fma` for Q5_1's minimums. The `P`
+    /// rows' 8 outputs go to `out`, row after row.
     ///
     /// # Safety
-    /// The CPU must have AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows8<const P: usize, const T: u8>(
+    /// The rows hold group `g`'s `nb` blocks and `out` `P · 8` floats;
+    /// compiled with AVX2 and FMA.
+    #[inline(always)]
+    unsafe fn rows_of<const P: usize, const T: u8>(
         w: &Interleaved,
         g: usize,
-        xs: [XRow; P],
-    ) -> [[f32; ROWS]; P] {
+        xs: [XPtr; P],
+        out: *mut f32,
+    ) {
         let nb = w.nb;
         let with_min = T == Q5_1;
         let offset = T == Q4_0 || T == Q5_0;
         // Words summed in i16 before they widen.
         let span = if T == Q5_0 || T == Q5_1 { 4 } else { 8 };
-        assert!(
-            g < w.groups
-                && w.qs.len() >= w.groups * nb * WORDS
-                && w.d.len() >= w.groups * nb * ROWS
-                && (!with_min || w.m.len() >= w.groups * nb * ROWS)
-                && xs.iter().all(|x| {
-                    x.qs.len() >= nb * QK8
-                        && x.d.len() >= nb
-                        && (!offset || x.sum8.len() >= nb)
-                        && (!with_min || x.s.len() >= nb)
-                }),
-            "rows shorter than their blocks"
-        );
-        let wq = w.qs[g * nb * WORDS..].as_ptr();
-        let wd = w.d[g * nb * ROWS..].as_ptr();
+        let wq = w.qs.as_ptr().wrapping_add(g * nb * WORDS);
+        let wd = w.d.as_ptr().wrapping_add(g * nb * ROWS);
         let wm = w.m.as_ptr().wrapping_add(g * nb * ROWS);
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [_mm256_setzero_ps(); P];
-        for b in 0..nb {
-            let mut sums = [_mm256_setzero_si256(); P];
-            let mut run = [_mm256_setzero_si256(); P];
-            for t in 0..QK8 / 4 {
-                // SAFETY: group g, block b < nb, word 8t: within `qs`
-                // (asserted above); loadu needs no alignment.
-                let q = unsafe { _mm256_loadu_si256(wq.add(b * WORDS + t * ROWS).cast()) };
-                let qa = if T == Q8_0 { _mm256_sign_epi8(q, q) } else { q };
+        // SAFETY (the whole body): every read is inside group g's block b <
+        // nb or an activation row's block b, as the caller promises; loads
+        // need no alignment.
+        unsafe {
+            let ones = _mm256_set1_epi16(1);
+            let mut acc = [_mm256_setzero_ps(); P];
+            for b in 0..nb {
+                let mut sums = [_mm256_setzero_si256(); P];
+                let mut run = [_mm256_setzero_si256(); P];
+                for t in 0..QK8 / 4 {
+                    let q = _mm256_loadu_si256(wq.add(b * WORDS + t * ROWS).cast());
+                    let qa = if T == Q8_0 { _mm256_sign_epi8(q, q) } else { q };
+                    for p in 0..P {
+                        let x4 = xs[p].qs.add(b * QK8 + 4 * t).cast::<i32>().read_unaligned();
+                        let xv = _mm256_set1_epi32(x4);
+                        if T == Q8_0 {
+                            let pairs = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q));
+                            let l = _mm256_madd_epi16(pairs, ones);
+                            sums[p] = if t == 0 {
+                                l
+                            } else {
+                                _mm256_add_epi32(sums[p], l)
+                            };
+                            continue;
+                        }
+                        let pairs = _mm256_maddubs_epi16(q, xv);
+                        run[p] = if t % span == 0 {
+                            pairs
+                        } else {
+                            _mm256_add_epi16(run[p], pairs)
+                        };
+                        if t % span == span - 1 {
+                            let l = _mm256_madd_epi16(run[p], ones);
+                            sums[p] = if t < span {
+                                l
+                            } else {
+                                _mm256_add_epi32(sums[p], l)
+                            };
+                        }
+                    }
+                }
+                let dw = _mm256_loadu_ps(wd.add(b * ROWS));
                 for p in 0..P {
-                    // SAFETY: values 4t..4t+4 of block b < nb of a row of
-                    // nb blocks (asserted above).
-                    let x4 = unsafe {
-                        xs[p]
-                            .qs
-                            .as_ptr()
-                            .add(b * QK8 + 4 * t)
-                            .cast::<i32>()
-                            .read_unaligned()
-                    };
-                    let xv = _mm256_set1_epi32(x4);
-                    if T == Q8_0 {
-                        let pairs = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q));
-                        let l = _mm256_madd_epi16(pairs, ones);
-                        sums[p] = if t == 0 {
-                            l
-                        } else {
-                            _mm256_add_epi32(sums[p], l)
-                        };
-                        continue;
-                    }
-                    let pairs = _mm256_maddubs_epi16(q, xv);
-                    run[p] = if t % span == 0 {
-                        pairs
+                    let isum = if offset {
+                        let off = *xs[p].sum8.add(b);
+                        let off = if T == Q5_0 { 2 * off } else { off };
+                        _mm256_sub_epi32(sums[p], _mm256_set1_epi32(off))
                     } else {
-                        _mm256_add_epi16(run[p], pairs)
+                        sums[p]
                     };
-                    if t % span == span - 1 {
-                        let l = _mm256_madd_epi16(run[p], ones);
-                        sums[p] = if t < span {
-                            l
-                        } else {
-                            _mm256_add_epi32(sums[p], l)
-                        };
+                    let dx = _mm256_set1_ps(*xs[p].d.add(b));
+                    let scaled = _mm256_mul_ps(dw, dx);
+                    acc[p] = _mm256_fmadd_ps(scaled, _mm256_cvtepi32_ps(isum), acc[p]);
+                    if with_min {
+                        let mw = _mm256_loadu_ps(wm.add(b * ROWS));
+                        acc[p] = _mm256_fmadd_ps(mw, _mm256_set1_ps(*xs[p].s.add(b)), acc[p]);
                     }
                 }
             }
-            // SAFETY: the 8 scales of group g, block b < nb (asserted).
-            let dw = unsafe { _mm256_loadu_ps(wd.add(b * ROWS)) };
-            for p in 0..P {
-                let isum = if offset {
-                    // SAFETY: b < nb (asserted above).
-                    let off = unsafe { *xs[p].sum8.get_unchecked(b) };
-                    let off = if T == Q5_0 { 2 * off } else { off };
-                    _mm256_sub_epi32(sums[p], _mm256_set1_epi32(off))
-                } else {
-                    sums[p]
-                };
-                // SAFETY: b < nb (asserted above).
-                let dx = unsafe { _mm256_set1_ps(*xs[p].d.get_unchecked(b)) };
-                acc[p] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(isum), acc[p]);
-                if with_min {
-                    // SAFETY: b < nb, and the minimums are as long as the
-                    // scales (asserted above).
-                    let (mw, s) =
-                        unsafe { (_mm256_loadu_ps(wm.add(b * ROWS)), *xs[p].s.get_unchecked(b)) };
-                    acc[p] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s), acc[p]);
-                }
+            for (p, acc) in acc.iter().enumerate() {
+                _mm256_storeu_ps(out.add(p * ROWS), *acc);
             }
         }
-        let mut out = [[0f32; ROWS]; P];
-        for p in 0..P {
-            // SAFETY: 8 writable f32s; storeu needs no alignment.
-            unsafe { _mm256_storeu_ps(out[p].as_mut_ptr(), acc[p]) };
-        }
-        out
     }
 }
 

@@ -31,7 +31,9 @@
 //! Legend: `k` values per row, `nb = k/256` super-blocks per row.
 
 use super::kdot::{scales_k4, scales_q3_k};
-use super::q8k::{Q8KRow, QK_K};
+use std::ops::Range;
+
+use super::q8k::{Q8KActs, QK_K};
 use super::simd::{Madd, f16_to_f32};
 use crate::quant::GgmlType;
 
@@ -266,14 +268,19 @@ pub fn has_kernel<M: Madd>() -> bool {
     cfg!(target_arch = "x86_64") && M::AVX2
 }
 
-/// `P` activation rows against group `g` of `w`: 8 outputs per row (the
-/// padding rows' too). Only when [`has_kernel`].
+/// Activation rows `rows` of `x` (rows of `k` values) against group `g`
+/// of `w`: 8 outputs per row (the padding rows' too) into `out`, row after
+/// row. One call per group, so the group's weights stay in L1 while the
+/// rows pass. Only when [`has_kernel`].
 #[inline(always)]
-pub fn rows8<M: Madd, const P: usize>(
+pub fn group<M: Madd>(
     w: &KInterleaved,
     g: usize,
-    xs: [Q8KRow; P],
-) -> [[f32; ROWS]; P] {
+    x: &Q8KActs,
+    k: usize,
+    rows: Range<usize>,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         let shape = w.shape.expect("unpacked");
@@ -281,23 +288,25 @@ pub fn rows8<M: Madd, const P: usize>(
         // run after the CPU reported AVX2, FMA and F16C.
         return unsafe {
             match (shape.sub, shape.span, shape.fold) {
-                (16, 4, false) => avx2::rows8::<P, 16, 4, false>(w, g, xs),
-                (16, 4, true) => avx2::rows8::<P, 16, 4, true>(w, g, xs),
-                (32, 8, false) => avx2::rows8::<P, 32, 8, false>(w, g, xs),
-                (32, 4, false) => avx2::rows8::<P, 32, 4, false>(w, g, xs),
-                _ => avx2::rows8::<P, 16, 2, true>(w, g, xs),
+                (16, 4, false) => avx2::group::<16, 4, false>(w, g, x, k, rows, out),
+                (16, 4, true) => avx2::group::<16, 4, true>(w, g, x, k, rows, out),
+                (32, 8, false) => avx2::group::<32, 8, false>(w, g, x, k, rows, out),
+                (32, 4, false) => avx2::group::<32, 4, false>(w, g, x, k, rows, out),
+                _ => avx2::group::<16, 2, true>(w, g, x, k, rows, out),
             }
         };
     }
-    let _ = (w, g, xs);
-    unreachable!("rows8 without has_kernel")
+    let _ = (w, g, x, k, rows, out);
+    unreachable!("gemmk::group without has_kernel")
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, KInterleaved, Q8KRow, QK_K, ROWS, WORDS};
+    use std::ops::Range;
+
+    use super::{GgmlType, KInterleaved, Q8KActs, QK_K, ROWS, WORDS};
     use crate::backend::cpu::gemm8::avx2::transpose8;
 
     /// The 8 rows' values of one super-block (`None`: a padding row of
@@ -383,41 +392,95 @@ mod avx2 {
         }
     }
 
+    /// [`super::group`]: the rows 4 at a time ([`rows_of`]), then one at a
+    /// time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn group<const SUB: usize, const SPAN: usize, const FOLD: bool>(
+        w: &KInterleaved,
+        g: usize,
+        x: &Q8KActs,
+        k: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        let nb = w.nb;
+        let subs = QK_K / SUB;
+        let blocks = w.groups * nb;
+        assert!(
+            g < w.groups
+                && nb * QK_K == k
+                && w.qs.len() >= blocks * WORDS * ROWS
+                && w.scales.len() >= blocks * subs * ROWS
+                && w.mins.len() >= blocks * subs / 2 * ROWS
+                && w.d.len() >= blocks * ROWS
+                && w.dmin.len() >= blocks * ROWS
+                && x.qs.len() >= rows.end * k
+                && x.d.len() >= rows.end * nb
+                && x.bsums16.len() >= rows.end * nb * 16
+                && x.bsums32.len() >= rows.end * nb * 8
+                && out.len() >= rows.len() * ROWS,
+            "rows shorter than their blocks"
+        );
+        // Row i's arrays (inside the asserted lengths).
+        let row = |i: usize| XPtr {
+            qs: x.qs.as_ptr().wrapping_add(i * k),
+            d: x.d.as_ptr().wrapping_add(i * nb),
+            sums: if SUB == 16 {
+                x.bsums16.as_ptr().wrapping_add(i * nb * 16)
+            } else {
+                x.bsums32.as_ptr().wrapping_add(i * nb * 8)
+            },
+        };
+        let mut i = rows.start;
+        while i < rows.end {
+            let o = out.as_mut_ptr().wrapping_add((i - rows.start) * ROWS);
+            // SAFETY: rows i.. < rows.end and their outputs, as asserted.
+            if rows.end - i >= 4 {
+                let xs = [row(i), row(i + 1), row(i + 2), row(i + 3)];
+                unsafe { rows_of::<4, SUB, SPAN, FOLD>(w, g, xs, o) };
+                i += 4;
+            } else {
+                unsafe { rows_of::<1, SUB, SPAN, FOLD>(w, g, [row(i)], o) };
+                i += 1;
+            }
+        }
+    }
+
+    /// One activation row's arrays: quants, scales, and the sums of its
+    /// sub-blocks (of 16 or 32, as the weights').
+    #[derive(Clone, Copy)]
+    struct XPtr {
+        qs: *const i8,
+        d: *const f32,
+        sums: *const i16,
+    }
+
     /// Per super-block: the minimums' sum `M` (a `madd` of the 8 rows'
     /// pairs against each pair of activation sums); then per word the 8
     /// rows' values loaded once and each activation row's 4 quants
     /// broadcast against them (`maddubs`: its 2 pair sums per row), added
     /// in i16 for `SPAN` words, then `madd` with the sub-block's scales
     /// into `S`; then one conversion and `fma` per activation row (two
-    /// where `dmin` is not `d`).
+    /// where `dmin` is not `d`). The `P` rows' 8 outputs go to `out`, row
+    /// after row.
     ///
     /// # Safety
-    /// The CPU must have AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows8<const P: usize, const SUB: usize, const SPAN: usize, const FOLD: bool>(
+    /// The rows hold group `g`'s `nb` super-blocks and `out` `P · 8`
+    /// floats; compiled with AVX2 and FMA.
+    #[inline(always)]
+    unsafe fn rows_of<const P: usize, const SUB: usize, const SPAN: usize, const FOLD: bool>(
         w: &KInterleaved,
         g: usize,
-        xs: [Q8KRow; P],
-    ) -> [[f32; ROWS]; P] {
+        xs: [XPtr; P],
+        out: *mut f32,
+    ) {
         let nb = w.nb;
         let subs = QK_K / SUB;
-        let blocks = w.groups * nb;
-        assert!(
-            g < w.groups
-                && w.qs.len() >= blocks * WORDS * ROWS
-                && w.scales.len() >= blocks * subs * ROWS
-                && w.mins.len() >= blocks * subs / 2 * ROWS
-                && w.d.len() >= blocks * ROWS
-                && w.dmin.len() >= blocks * ROWS
-                && xs.iter().all(|x| {
-                    x.qs.len() >= nb * QK_K
-                        && x.d.len() >= nb
-                        && x.bsums16.len() >= nb * 16
-                        && x.bsums32.len() >= nb * 8
-                }),
-            "rows shorter than their blocks"
-        );
-        let mut acc = [_mm256_setzero_ps(); P];
+        // SAFETY: compiled with AVX2 (the caller's promise).
+        let mut acc = unsafe { [_mm256_setzero_ps(); P] };
         for b in 0..nb {
             let base = g * nb + b;
             // SAFETY (every read below): super-block `base` of the asserted
@@ -427,15 +490,9 @@ mod avx2 {
                 let wq = w.qs.as_ptr().add(base * WORDS * ROWS);
                 let wsc = w.scales.as_ptr().add(base * subs * ROWS);
                 let wmin = w.mins.as_ptr().add(base * subs / 2 * ROWS);
-                let sums: [*const i16; P] = std::array::from_fn(|p| {
-                    if SUB == 16 {
-                        xs[p].bsums16.as_ptr().add(16 * b)
-                    } else {
-                        xs[p].bsums32.as_ptr().add(8 * b)
-                    }
-                });
-                let dx: [__m256; P] =
-                    std::array::from_fn(|p| _mm256_set1_ps(*xs[p].d.get_unchecked(b)));
+                let per = if SUB == 16 { 16 } else { 8 };
+                let sums: [*const i16; P] = std::array::from_fn(|p| xs[p].sums.add(per * b));
+                let dx: [__m256; P] = std::array::from_fn(|p| _mm256_set1_ps(*xs[p].d.add(b)));
                 let mut s = [_mm256_setzero_si256(); P];
                 for j in 0..subs / 2 {
                     let mv = _mm256_loadu_si256(wmin.add(j * ROWS).cast());
@@ -457,7 +514,7 @@ mod avx2 {
                         s[p] = _mm256_setzero_si256();
                     }
                 }
-                let xq: [*const i8; P] = std::array::from_fn(|p| xs[p].qs.as_ptr().add(QK_K * b));
+                let xq: [*const i8; P] = std::array::from_fn(|p| xs[p].qs.add(QK_K * b));
                 for j in 0..subs {
                     let sc = _mm256_loadu_si256(wsc.add(j * ROWS).cast());
                     for r in 0..SUB / 4 / SPAN {
@@ -487,12 +544,10 @@ mod avx2 {
                 }
             }
         }
-        let mut out = [[0f32; ROWS]; P];
-        for p in 0..P {
-            // SAFETY: 8 writable f32s; storeu needs no alignment.
-            unsafe { _mm256_storeu_ps(out[p].as_mut_ptr(), acc[p]) };
+        for (p, acc) in acc.iter().enumerate() {
+            // SAFETY: `out` holds P · 8 floats (the caller's promise).
+            unsafe { _mm256_storeu_ps(out.add(p * ROWS), *acc) };
         }
-        out
     }
 }
 

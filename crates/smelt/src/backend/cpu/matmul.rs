@@ -38,7 +38,7 @@ use super::kdot;
 use super::pool::{SharedMut, ThreadPool};
 use super::q8::{self, Q8Acts, Unpacked};
 use super::q8_decode;
-use super::q8k::{Q8KActs, Q8KRow, QK_K};
+use super::q8k::{Q8KActs, QK_K};
 use super::simd::{self, Isa, Madd, multiversion};
 use crate::quant::{self, GgmlType, QuantError};
 
@@ -74,6 +74,8 @@ pub struct Scratch {
     pub i: Interleaved,
     /// ... and K-quant rows (K-quant prefill).
     pub k: KInterleaved,
+    /// A group's outputs (interleaved prefill).
+    pub o: Vec<f32>,
 }
 
 /// The activations of a matmul, as its weight type wants them.
@@ -280,73 +282,25 @@ fn item_generic<M: Madd>(
             }
         }
         Acts::Q8K(x) => {
-            // Prefill: the item's weight rows unpacked interleaved, `GP`
-            // activation rows at a time against each group of 8, as for
-            // Q4_0 below.
-            const GP: usize = 4;
+            // Prefill: the item's weight rows unpacked interleaved, and
+            // each group of 8 against all its activation rows (as for the
+            // 32-value types below).
             buf.k.unpack::<M>(job.dtype, src, k / QK_K);
-            let w = &buf.k;
-            let mut i = xrows.start;
-            while i < xrows.end {
-                let p = (xrows.end - i).min(GP);
-                // Made once for the item's groups: rebuilding them per call
-                // stalled on store forwarding.
-                let xs: [Q8KRow; GP] = [0, 1, 2, 3].map(|r| x.row((i + r).min(xrows.end - 1), k));
-                for g in 0..w.groups {
-                    let (j, cols) = (g * gemmk::ROWS, (nw - g * gemmk::ROWS).min(gemmk::ROWS));
-                    if p == GP {
-                        let t = gemmk::rows8::<M, GP>(w, g, xs);
-                        for (r, vals) in t.iter().enumerate() {
-                            store(i + r, j, &vals[..cols]);
-                        }
-                    } else {
-                        for (r, &xr) in xs.iter().take(p).enumerate() {
-                            let t = gemmk::rows8::<M, 1>(w, g, [xr]);
-                            store(i + r, j, &t[0][..cols]);
-                        }
-                    }
-                }
-                i += p;
+            let out = grown(&mut buf.o, xrows.len() * gemmk::ROWS);
+            for g in 0..buf.k.groups {
+                gemmk::group::<M>(&buf.k, g, x, k, xrows.clone(), out);
+                store_group(&store, &xrows, g, nw, out);
             }
         }
         Acts::Q8(x) if gemm8::has_kernel::<M>() && !job.exact && gemm8::has_path(job.dtype) => {
-            // Prefill (32-value blocks): the item's weight rows unpacked in
-            // groups of 8, `GP` activation rows at a time against each
-            // group, which then stay in L1 for the item's next group. One
-            // item of 16 × 256 measured ×2.6-2.9 (Q4_0) and ×1.6-1.8 (Q8_0)
-            // against the tiles below; `GP` 3 as fast as 4, 2 and 6 slower
-            // (15-30%), and 2 groups per call slower still.
-            const GP: usize = 4;
-            let nb = k / q8::QK8;
-            buf.i.unpack::<M>(job.dtype, src, nb);
-            let w = &buf.i;
-            let xrow = |i: usize| gemm8::XRow {
-                qs: &x.qs[i * k..(i + 1) * k],
-                d: &x.d[i * nb..(i + 1) * nb],
-                sum8: &x.sum8[i * nb..(i + 1) * nb],
-                s: &x.s[i * nb..(i + 1) * nb],
-            };
-            let mut i = xrows.start;
-            while i < xrows.end {
-                let p = (xrows.end - i).min(GP);
-                // Made once for the item's groups: rebuilding them per call
-                // stalled on store forwarding.
-                let xs: [gemm8::XRow; GP] = [0, 1, 2, 3].map(|r| xrow((i + r).min(xrows.end - 1)));
-                for g in 0..w.groups {
-                    let (j, cols) = (g * gemm8::ROWS, (nw - g * gemm8::ROWS).min(gemm8::ROWS));
-                    if p == GP {
-                        let t = gemm8::rows8::<M, GP>(job.dtype, w, g, xs);
-                        for (r, vals) in t.iter().enumerate() {
-                            store(i + r, j, &vals[..cols]);
-                        }
-                    } else {
-                        for (r, &xr) in xs.iter().take(p).enumerate() {
-                            let t = gemm8::rows8::<M, 1>(job.dtype, w, g, [xr]);
-                            store(i + r, j, &t[0][..cols]);
-                        }
-                    }
-                }
-                i += p;
+            // Prefill: the item's weight rows unpacked in groups of 8, each
+            // group against all the item's activation rows (4 at a time),
+            // staying in L1 while they pass.
+            buf.i.unpack::<M>(job.dtype, src, k / q8::QK8);
+            let out = grown(&mut buf.o, xrows.len() * gemm8::ROWS);
+            for g in 0..buf.i.groups {
+                gemm8::group::<M>(job.dtype, &buf.i, g, x, k, xrows.clone(), out);
+                store_group(&store, &xrows, g, nw, out);
             }
         }
         Acts::Q8(x) => {
@@ -405,6 +359,33 @@ fn item_generic<M: Madd>(
         }
     }
     Ok(())
+}
+
+/// `v[..len]`, grown first where it is shorter.
+#[inline(always)]
+fn grown(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+/// Stores a group's outputs (8 per activation row of `xrows`, row after
+/// row in `out`): the weight rows of group `g` that exist among the item's
+/// `nw`.
+#[inline(always)]
+fn store_group(
+    store: &impl Fn(usize, usize, &[f32]),
+    xrows: &Range<usize>,
+    g: usize,
+    nw: usize,
+    out: &[f32],
+) {
+    const ROWS: usize = gemm8::ROWS;
+    let (j, cols) = (g * ROWS, (nw - g * ROWS).min(ROWS));
+    for (i, vals) in xrows.clone().zip(out.chunks_exact(ROWS)) {
+        store(i, j, &vals[..cols]);
+    }
 }
 
 /// Activation row `i` against the item's weight rows `rows`, read in their

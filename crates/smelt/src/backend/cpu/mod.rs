@@ -11,6 +11,7 @@
 //! Ops execute at once; there is nothing to record or submit.
 
 mod attention;
+mod attention_tiled;
 pub mod check;
 mod fast;
 mod gemm8;
