@@ -19,7 +19,7 @@ mod gemmk;
 mod kdot;
 mod kdot_avx2;
 mod matmul;
-mod pool;
+pub mod pool;
 mod q8;
 mod q8_decode;
 mod q8k;
