@@ -133,6 +133,9 @@ fn bench_prints_llama_bench_json_and_markdown() {
         assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0, "{r}");
         assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2, "{r}");
+        // The file's type as llama-bench names it (from general.file_type).
+        let name = r["model_type"].as_str().unwrap();
+        assert!(name.starts_with("llama ") && name.ends_with(" Q4_1"), "{r}");
     }
 
     let out = smelt(&["bench", "-m", &model, "-p", "8", "-n", "2", "-r", "1"]);

@@ -270,8 +270,17 @@ impl XorShift {
     }
 }
 
-/// The type most of the weights are in: llama.cpp's file type name.
+/// The file's type as llama-bench names it: `general.file_type` (a
+/// `llama_ftype`, which tells a mix such as Q4_K_M from its main type),
+/// else, as llama.cpp guesses, the type most of the weights are in.
 fn file_type(file: &smelt::gguf::GgufFile) -> String {
+    if let Some(name) = file
+        .get("general.file_type")
+        .and_then(|v| v.as_u32())
+        .and_then(llama_ftype_name)
+    {
+        return name.to_string();
+    }
     let mut bytes: std::collections::BTreeMap<_, u64> = Default::default();
     for t in &file.tensors {
         *bytes.entry(t.dtype).or_default() += t.size;
@@ -279,7 +288,47 @@ fn file_type(file: &smelt::gguf::GgufFile) -> String {
     bytes
         .into_iter()
         .max_by_key(|&(_, b)| b)
-        .map_or_else(|| "?".into(), |(t, _)| t.name().to_string())
+        .map_or_else(|| "?".into(), |(t, _)| format!("(guessed) {}", t.name()))
+}
+
+/// llama.cpp's name of a `llama_ftype` (the values of its `llama.h`).
+fn llama_ftype_name(ftype: u32) -> Option<&'static str> {
+    Some(match ftype {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        19 => "IQ2_XXS - 2.0625 bpw",
+        20 => "IQ2_XS - 2.3125 bpw",
+        21 => "Q2_K - Small",
+        22 => "IQ3_XS - 3.3 bpw",
+        23 => "IQ3_XXS - 3.0625 bpw",
+        24 => "IQ1_S - 1.5625 bpw",
+        25 => "IQ4_NL - 4.5 bpw",
+        26 => "IQ3_S - 3.4375 bpw",
+        27 => "IQ3_S mix - 3.66 bpw",
+        28 => "IQ2_S - 2.5 bpw",
+        29 => "IQ2_M - 2.7 bpw",
+        30 => "IQ4_XS - 4.25 bpw",
+        31 => "IQ1_M - 1.75 bpw",
+        32 => "BF16",
+        36 => "TQ1_0 - 1.69 bpw ternary",
+        37 => "TQ2_0 - 2.06 bpw ternary",
+        38 => "MXFP4 MoE",
+        _ => return None,
+    })
 }
 
 fn format_size(bytes: u64) -> String {

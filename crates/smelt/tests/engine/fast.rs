@@ -139,7 +139,7 @@ fn quantized(rng: &mut StdRng, dtype: GgmlType, m: usize, k: usize) -> Vec<u8> {
 /// GEMMs), on each instruction set this CPU has with the better ones
 /// forced off, against the reference's f32 dot products: odd row counts
 /// (not whole tiles or groups of 8), 1 to 6 blocks or 1 to 3
-/// super-blocks, 1 to 70 activation rows.
+/// super-blocks (and 5 of either), 1 to 70 activation rows.
 ///
 /// Each output is held to the bound the activations' 8-bit rounding
 /// allows: `Σ |w|·(amax/254 + |x|/1000)` over its products (half a step of
@@ -154,7 +154,7 @@ fn quantized_matmul_sweep() {
     for dtype in types {
         // The activations are rounded in blocks as long as the weights'.
         let block = dtype.block_size();
-        for &(m, blocks) in &[(1, 1), (17, 3), (37, 2)] {
+        for &(m, blocks) in &[(1, 1), (17, 3), (37, 2), (9, 5)] {
             let k = blocks * block.max(64);
             for &n in &[1, 2, 3, 5, 17, 70] {
                 let wv = quantized(&mut rng, dtype, m, k);

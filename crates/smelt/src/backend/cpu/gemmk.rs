@@ -591,7 +591,7 @@ mod tests {
     /// exact sum over the Q8_K activations to within f32 rounding
     /// (relative 1e-5 of the terms' magnitudes): on shapes with partial
     /// groups of 8 weight rows, partial items and partial 4-row steps of
-    /// activations, 1 to 3 super-blocks. The tolerance is tight enough to
+    /// activations, 1 to 5 super-blocks. The tolerance is tight enough to
     /// see one quant off by one.
     #[test]
     fn k_matmuls_match_the_exact_sums() {
@@ -607,6 +607,11 @@ mod tests {
                 (3, 1, 1),
                 (17, 2, 2),
                 (9, 17, 1),
+                // 5 and 3 super-blocks (k a multiple of 256 only), one
+                // row against 4, and 66 rows (a partial 4-row step).
+                (11, 3, 5),
+                (1, 1, 4),
+                (29, 66, 3),
             ] {
                 let k = nb * QK_K;
                 let seed = 11 * t as u64 + (m * n + k) as u64;
@@ -641,7 +646,11 @@ mod tests {
                     }
                     // One quant one step off (where its sub-block's scale
                     // is not 0) moves some output by more than the
-                    // tolerance.
+                    // tolerance, in rows of up to 3 super-blocks (in longer
+                    // ones a step is a smaller share of the terms' sizes).
+                    if nb > 3 {
+                        continue;
+                    }
                     let moved = (20..60)
                         .flat_map(|at| (0..n).map(move |i| (at, i)))
                         .map(|(at, i)| {

@@ -657,6 +657,10 @@ mod tests {
                 (3, 5, 64),
                 (13, 1, 576),
                 (37, 2, 1536),
+                // 5, 3 and 7 blocks (no multiple of 64 or 256 values).
+                (19, 3, 160),
+                (1, 1, 96),
+                (9, 70, 224),
             ] {
                 let seed = 11 * t as u64 + (m * n + k) as u64;
                 let w = weights(dtype, m, k, seed);
