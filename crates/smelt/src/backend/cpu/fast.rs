@@ -9,9 +9,11 @@ use std::sync::Mutex;
 
 use half::slice::HalfFloatSliceExt;
 
-use super::matmul::Acts;
+use super::kdot;
+use super::matmul::Inputs;
 use super::pool::{SharedMut, ThreadPool};
 use super::q8::{self, Q8Acts};
+use super::q8k::{Q8KActs, QK_K};
 use super::reference::{self, Rows, RowsMut, checked_index};
 use super::simd::{self, Isa, Madd, multiversion};
 use super::{attention, matmul};
@@ -30,23 +32,26 @@ pub struct Fast {
     exact: bool,
     /// One per thread, grown on first use and kept.
     scratch: Vec<Mutex<matmul::Scratch>>,
-    /// The current matmul's activations in Q8 blocks.
+    /// The current matmul's activations in Q8 blocks (legacy types).
     q8: Q8Acts,
+    /// ... and in Q8_K blocks (K-quants).
+    q8k: Q8KActs,
     spans: Vec<(usize, usize, usize)>,
     /// RoPE's (cos, sin) per row and pair.
     rope_table: Vec<f32>,
 }
 
 impl Fast {
-    pub fn new(n_threads: usize, exact: bool) -> std::io::Result<Self> {
+    pub fn new(n_threads: usize, exact: bool, isa: Isa) -> std::io::Result<Self> {
         let pool = ThreadPool::new(n_threads)?;
         let scratch = (0..pool.n_threads()).map(|_| Mutex::default()).collect();
         Ok(Self {
             pool,
-            isa: Isa::detect(),
+            isa,
             exact,
             scratch,
             q8: Q8Acts::default(),
+            q8k: Q8KActs::default(),
             spans: Vec::new(),
             rope_table: Vec::new(),
         })
@@ -64,35 +69,17 @@ impl Fast {
         x: &[f32],
         out: &mut [f32],
     ) -> Result<()> {
-        let n = x.len() / k.max(1);
-        let acts = if q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8) {
-            self.q8.quantize(self.isa, x);
-            Acts::Q8(&self.q8)
-        } else {
-            Acts::F32(x)
-        };
-        matmul::matmul(
-            &mut self.pool,
-            self.isa,
-            self.exact,
-            &self.scratch,
-            w,
-            dtype,
-            k,
-            n,
-            acts,
-            out,
-        )
-        .map_err(|e| reference::quant_error(Op::MatMul, e))
+        self.matmuls(&[(w, dtype)], k, x, &mut [out])
     }
 
-    /// Whether [`Fast::matmuls`] takes weights of `dtype` with rows of `k`.
+    /// Whether [`Fast::matmuls`] shares one job among weights of `dtype`
+    /// with rows of `k` (the quantized paths; F32 and F16 run apart).
     pub fn shares_matmuls(dtype: GgmlType, k: usize) -> bool {
-        q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8)
+        takes_q8(dtype, k) || takes_q8k(dtype, k)
     }
 
-    /// `outs[i] = x · ws[i]ᵀ` with `x` quantized once and one pool job, for
-    /// weights [`Fast::shares_matmuls`] takes.
+    /// `outs[i] = x · ws[i]ᵀ` in one pool job, with `x` rounded once to
+    /// each kind of blocks the weights' types take.
     pub fn matmuls(
         &mut self,
         ws: &[(&[u8], GgmlType)],
@@ -101,7 +88,19 @@ impl Fast {
         outs: &mut [&mut [f32]],
     ) -> Result<()> {
         let n = x.len() / k.max(1);
-        self.q8.quantize(self.isa, x);
+        let q8 = ws.iter().any(|&(_, t)| takes_q8(t, k));
+        let q8k = ws.iter().any(|&(_, t)| takes_q8k(t, k));
+        if q8 {
+            self.q8.quantize(self.isa, x);
+        }
+        if q8k {
+            self.q8k.quantize(self.isa, x);
+        }
+        let inputs = Inputs {
+            f32: x,
+            q8: q8.then_some(&self.q8),
+            q8k: q8k.then_some(&self.q8k),
+        };
         matmul::matmuls(
             &mut self.pool,
             self.isa,
@@ -110,7 +109,7 @@ impl Fast {
             ws,
             k,
             n,
-            Acts::Q8(&self.q8),
+            inputs,
             outs,
         )
         .map_err(|e| reference::quant_error(Op::MatMul, e))
@@ -131,6 +130,7 @@ impl Fast {
         attention::attention(
             &mut self.pool,
             self.isa,
+            self.exact,
             &self.scratch,
             &mut self.spans,
             q,
@@ -280,6 +280,16 @@ impl Fast {
             (Rows::F16(s), RowsMut::F16(d)) => d.copy_from_slice(&s[..d.len()]),
         }
     }
+}
+
+/// Whether `dtype` weights with rows of `k` take Q8 activations.
+fn takes_q8(dtype: GgmlType, k: usize) -> bool {
+    q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8)
+}
+
+/// Whether `dtype` weights with rows of `k` take Q8_K activations.
+fn takes_q8k(dtype: GgmlType, k: usize) -> bool {
+    kdot::has_path(dtype) && k.is_multiple_of(QK_K)
 }
 
 multiversion! {

@@ -11,12 +11,18 @@
 //! Ops execute at once; there is nothing to record or submit.
 
 mod attention;
+mod attention_tiled;
 pub mod check;
 mod fast;
 mod gemm8;
+mod gemmk;
+mod kdot;
+mod kdot_avx2;
 mod matmul;
 pub mod pool;
 mod q8;
+mod q8_decode;
+mod q8k;
 pub mod reference;
 mod simd;
 mod store;
@@ -27,7 +33,47 @@ use super::{
 use crate::quant::{self, GgmlType};
 use quant::can_dequantize;
 use reference::{Rows, RowsMut};
+pub use simd::Isa;
 use store::{OutBuf, Store};
+
+/// How the fast backend computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Threads of the pool, the caller's included.
+    pub threads: usize,
+    /// Every quantized matmul in ggml's order (see [`CpuBackend::new_exact`]).
+    pub exact: bool,
+    /// The kernels' instruction set; one the CPU has.
+    pub isa: Isa,
+}
+
+impl CpuOptions {
+    /// `threads` threads, the fast order and the best instruction set.
+    pub fn best(threads: usize) -> Self {
+        Self {
+            threads,
+            exact: false,
+            isa: Isa::detect(),
+        }
+    }
+
+    /// [`CpuOptions::best`] changed by the environment: `SMELT_CPU_EXACT=1`
+    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`) for that
+    /// instruction set's kernels, to compare them or to test one.
+    pub fn from_env(threads: usize) -> Result<Self> {
+        let mut o = Self::best(threads);
+        o.exact = std::env::var_os("SMELT_CPU_EXACT").is_some_and(|v| v == "1");
+        if let Some(name) = std::env::var_os("SMELT_CPU_ISA") {
+            let name = name.to_string_lossy();
+            o.isa = Isa::from_name(&name).ok_or_else(|| {
+                BackendError::Other(format!(
+                    "SMELT_CPU_ISA={name}: not an instruction set (avx2, baseline)"
+                ))
+            })?;
+        }
+        Ok(o)
+    }
+}
 
 /// The CPU backend.
 pub struct CpuBackend {
@@ -51,23 +97,34 @@ impl CpuBackend {
     }
 
     /// The fast backend on a pool of `n_threads` threads (the caller's
-    /// included). Q4_0 and Q8_0 prefill matmuls take the interleaved GEMM
-    /// (`gemm8`), not ggml's order, unless the environment sets
-    /// `SMELT_CPU_EXACT=1` (then it is [`CpuBackend::new_exact`]).
+    /// included), with the options the environment sets
+    /// ([`CpuOptions::from_env`]): by default quantized prefill matmuls take
+    /// the interleaved GEMMs (`gemm8`, `gemmk`), not ggml's order, and the
+    /// kernels the best instruction set the CPU has.
     pub fn new(n_threads: usize) -> Result<Self> {
-        let exact = std::env::var_os("SMELT_CPU_EXACT").is_some_and(|v| v == "1");
-        Self::with_exact(n_threads, exact)
+        Self::with_options(&CpuOptions::from_env(n_threads)?)
     }
 
     /// The fast backend with every quantized matmul in ggml's order: bit
     /// for bit llama.cpp's CPU numbers and the GPU backend's ggml mode
-    /// (Q4_0 and Q8_0 prefill 1.4-1.7× slower than [`CpuBackend::new`]'s).
+    /// (prefill 1.4-1.7× slower than [`CpuBackend::new`]'s).
     pub fn new_exact(n_threads: usize) -> Result<Self> {
-        Self::with_exact(n_threads, true)
+        Self::with_options(&CpuOptions {
+            exact: true,
+            ..CpuOptions::best(n_threads)
+        })
     }
 
-    fn with_exact(n_threads: usize, exact: bool) -> Result<Self> {
-        let fast = fast::Fast::new(n_threads, exact)
+    /// The fast backend with these options; an instruction set the CPU
+    /// lacks is an error.
+    pub fn with_options(options: &CpuOptions) -> Result<Self> {
+        if !Isa::available().contains(&options.isa) {
+            return Err(BackendError::Other(format!(
+                "this CPU cannot run the {} kernels",
+                options.isa.name()
+            )));
+        }
+        let fast = fast::Fast::new(options.threads, options.exact, options.isa)
             .map_err(|e| BackendError::Other(format!("cannot start CPU threads: {e}")))?;
         Ok(Self {
             fast: Some(fast),

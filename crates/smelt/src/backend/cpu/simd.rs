@@ -21,6 +21,7 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// The best instruction set this CPU has.
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2")
@@ -30,6 +31,31 @@ impl Isa {
             return Isa::Avx2;
         }
         Isa::Baseline
+    }
+
+    /// Every instruction set this CPU can run the kernels of, best first:
+    /// a test runs each, with the better ones forced off.
+    pub fn available() -> Vec<Isa> {
+        let mut all = vec![Isa::Baseline];
+        if Isa::detect() == Isa::Avx2 {
+            all.insert(0, Isa::Avx2);
+        }
+        all
+    }
+
+    /// The name `SMELT_CPU_ISA` takes: `avx2` or `baseline`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx2 => "avx2",
+            Isa::Baseline => "baseline",
+        }
+    }
+
+    /// The instruction set of [`Isa::name`] `name`.
+    pub fn from_name(name: &str) -> Option<Isa> {
+        [Isa::Avx2, Isa::Baseline]
+            .into_iter()
+            .find(|i| i.name() == name)
     }
 }
 
