@@ -323,7 +323,7 @@ pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
         if s + 1 < t {
             back_recurrent(cx, &dxp_next[..bg], &w, b, 4 * h, &mut dh);
             for (d, &o) in dh.iter_mut().zip(&dhs[s * bh..][..bh]) {
-                *d = o + *d;
+                *d += o;
             }
         } else {
             dh.copy_from_slice(&dhs[s * bh..][..bh]);
