@@ -15,7 +15,7 @@ pub mod check;
 mod fast;
 mod gemm8;
 mod matmul;
-mod pool;
+pub mod pool;
 mod q8;
 pub mod reference;
 mod simd;

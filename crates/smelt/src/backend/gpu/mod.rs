@@ -21,7 +21,7 @@ mod pipelines;
 mod recorder;
 mod tables;
 
-pub use context::{AdapterReport, GpuOptions, adapters, best_hardware};
+pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware};
 pub use pipelines::{
     ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
@@ -30,7 +30,6 @@ use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
 use crate::quant::GgmlType;
 
 use buffers::Buffers;
-use context::Context;
 use pending::Pending;
 use pipelines::{PipelineCache, WG_ROW};
 use recorder::{Params, Recorder};
