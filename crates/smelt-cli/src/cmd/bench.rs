@@ -140,11 +140,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s.decode(&Batch::sequence(&tokens, 0, 0))?;
             Ok(args.n_prompt as f64 / start.elapsed().as_secs_f64())
         };
+        let test = format!("pp{}", args.n_prompt);
+        progress(&test, None, args.repetitions);
         run(&mut m.session)?;
         let before = m.session.model().backend_stats();
         let times = m.session.model().backend_op_times();
         let samples = (0..args.repetitions)
-            .map(|_| run(&mut m.session))
+            .map(|i| {
+                let tps = run(&mut m.session)?;
+                progress(&test, Some((i, tps)), args.repetitions);
+                Ok(tps)
+            })
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
         let tokens = args.n_prompt * args.repetitions;
@@ -166,12 +172,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             Ok(n as f64 / start.elapsed().as_secs_f64())
         };
+        let test = format!("tg{}", args.n_gen);
+        progress(&test, None, args.repetitions);
         run(&mut m.session, 1)?;
         let before = m.session.model().backend_stats();
         let times = m.session.model().backend_op_times();
         let host = m.session.host_times();
         let samples = (0..args.repetitions)
-            .map(|_| run(&mut m.session, args.n_gen))
+            .map(|i| {
+                let tps = run(&mut m.session, args.n_gen)?;
+                progress(&test, Some((i, tps)), args.repetitions);
+                Ok(tps)
+            })
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
         let tokens = args.n_gen * args.repetitions;
@@ -209,7 +221,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .get("general.size_label")
         .and_then(|v| v.as_str())
         .map_or_else(|| params_label(model.n_params), str::to_string);
-    let ftype = file_type(&m.file);
+    let ftype = smelt::quantize::describe_file(&m.file);
     let model_name = format!("{arch} {size_label} {ftype}");
     let size = format_size(model.n_bytes);
     let params = format_params(model.n_params);
@@ -258,6 +270,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A line on stderr as each run starts and ends, as llama-bench's
+/// `--progress`: the table comes only at the end. `done`: the repetition
+/// that ended and its tokens per second; `None` for the warm-up.
+fn progress(test: &str, done: Option<(usize, f64)>, repetitions: usize) {
+    match done {
+        None => eprintln!("smelt: {test}: warm-up run"),
+        Some((i, tps)) => eprintln!("smelt: {test}: run {}/{repetitions}: {tps:.2} t/s", i + 1),
+    }
+}
+
 /// Random token ids: any fixed sequence will do, as llama-bench's `rand()`.
 struct XorShift(u64);
 
@@ -268,18 +290,6 @@ impl XorShift {
         self.0 ^= self.0 << 17;
         self.0
     }
-}
-
-/// The type most of the weights are in: llama.cpp's file type name.
-fn file_type(file: &smelt::gguf::GgufFile) -> String {
-    let mut bytes: std::collections::BTreeMap<_, u64> = Default::default();
-    for t in &file.tensors {
-        *bytes.entry(t.dtype).or_default() += t.size;
-    }
-    bytes
-        .into_iter()
-        .max_by_key(|&(_, b)| b)
-        .map_or_else(|| "?".into(), |(t, _)| t.name().to_string())
 }
 
 fn format_size(bytes: u64) -> String {

@@ -5,8 +5,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::Context;
-use smelt::gguf::GgufFile;
 use smelt::quant::GgmlType;
 
 #[derive(clap::Args)]
@@ -19,8 +17,7 @@ pub struct Args {
 const MAX_VALUE_CHARS: usize = 120;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let file = GgufFile::open(&args.model)
-        .with_context(|| format!("cannot open {}", args.model.display()))?;
+    let file = crate::engine::open_gguf(&args.model)?;
     let arch = file.architecture().unwrap_or("(none)");
     let n_params: u64 = file.tensors.iter().map(|t| t.n_elements()).sum();
 
@@ -38,6 +35,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("blocks:       {n}");
     }
     println!("parameters:   {}", format_params(n_params));
+    println!("file type:    {}", smelt::quantize::describe_file(&file));
     println!(
         "data:         at offset {}, aligned to {} bytes",
         file.data_offset, file.alignment

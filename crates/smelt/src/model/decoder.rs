@@ -9,7 +9,7 @@
 //!   x += a, or rms_norm(a) · post_attention_norm  (post norms: Gemma)
 //!   f = glu(x) or moe(x)                          (blocks::glu, blocks::moe)
 //!   x += f, or rms_norm(f) · post_ffw_norm
-//! logits = rms_norm(x) · output_norm · Woutputᵀ (+ output bias)
+//! logits = rms_norm(x) · output_norm · Woutputᵀ (+ output bias)  (output.rs: in pieces)
 //!          (then cap · tanh(logits / cap): final soft-capping)
 //! ```
 //!
@@ -23,6 +23,7 @@
 
 use super::blocks::{self, Attention, AttentionLayer, Glu, Moe, Step};
 use super::loader::Loader;
+use super::output::Logits;
 use super::{Config, ModelError, kv_cache::KvCache};
 use crate::backend::{Backend, Op, Tensor};
 use crate::quant::GgmlType;
@@ -141,7 +142,7 @@ pub struct Activations {
     pub act: Tensor,     // B × F: act(gate) · up
     pub experts: Option<ExpertActivations>,
     pub x_out: Tensor,  // O × E: the residual of the output rows
-    pub logits: Tensor, // O × V
+    pub logits: Logits, // O × V, in pieces that fit the backend
 }
 
 /// The mixture of experts' buffers.
@@ -202,7 +203,7 @@ impl Activations {
             act: b.alloc(f32_, n_batch, f)?,
             experts,
             x_out: b.alloc(f32_, n_outputs, c.n_embd)?,
-            logits: b.alloc(f32_, n_outputs, c.n_vocab)?,
+            logits: Logits::new(b, n_outputs, c.n_embd, c.n_vocab)?,
         })
     }
 }
@@ -256,18 +257,17 @@ pub fn forward(
             proj,
         )?;
     }
-    let (xo, h, logits) = (
-        a.x_out.with_rows(n_out),
-        a.h.with_rows(n_out),
-        a.logits.with_rows(n_out),
-    );
+    let (xo, h) = (a.x_out.with_rows(n_out), a.h.with_rows(n_out));
     b.rms_norm(xo, Some(w.output_norm), c.rms_eps, h)?;
-    b.matmul(w.output, h, logits)?;
-    if let Some(bias) = w.output_bias {
-        b.add(logits, bias, logits)?;
-    }
-    if let Some(cap) = c.final_softcap {
-        b.softcap(logits, cap, logits)?;
+    a.logits.project(b, w.output, h)?;
+    // The bias and the cap are per logit: each piece gets them on its own.
+    for logits in a.logits.views(n_out) {
+        if let Some(bias) = w.output_bias {
+            b.add(logits, bias, logits)?;
+        }
+        if let Some(cap) = c.final_softcap {
+            b.softcap(logits, cap, logits)?;
+        }
     }
     Ok(())
 }

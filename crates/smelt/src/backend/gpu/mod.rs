@@ -21,7 +21,7 @@ mod pipelines;
 mod recorder;
 mod tables;
 
-pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware};
+pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of};
 pub use pipelines::{
     ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
 };
@@ -102,7 +102,17 @@ enum MatIn {
 impl GpuBackend {
     /// Opens the adapter `opts` selects (see [`adapters`]).
     pub fn new(opts: &GpuOptions) -> Result<Self> {
-        let ctx = Context::open(opts)?;
+        Self::with_context(Context::open(opts)?)
+    }
+
+    /// [`GpuBackend::new`] among adapters already listed by [`adapters`]
+    /// (`opts.device` indexes `list`), so that choosing one probes the
+    /// drivers once.
+    pub fn new_in(list: Vec<(AdapterReport, wgpu::Adapter)>, opts: &GpuOptions) -> Result<Self> {
+        Self::with_context(Context::open_in(list, opts)?)
+    }
+
+    fn with_context(ctx: Context) -> Result<Self> {
         let mut buffers = Buffers::default();
         let dummy = buffers.alloc(&ctx, "dummy", GgmlType::F32, 1, 4)?;
         let tables = buffers.alloc(&ctx, "exact tables", GgmlType::F32, 1, tables::LEN)?;
@@ -129,6 +139,11 @@ impl GpuBackend {
     /// The adapter in use.
     pub fn adapter(&self) -> &AdapterReport {
         &self.ctx.report
+    }
+
+    /// Whether it runs in the exact mode (`GpuOptions::exact`).
+    pub fn exact(&self) -> bool {
+        self.ctx.quantize_activations
     }
 
     /// The features the kernels were built with.
@@ -220,6 +235,31 @@ impl GpuBackend {
             )));
         }
         self.rec.read(&self.ctx, (&slot.buffer, slot.offset), out)
+    }
+
+    /// `Backend::read_all`: every tensor's bytes copied by one submission.
+    fn read_all_bytes(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
+        self.flush_pending()?;
+        let mut parts = Vec::with_capacity(ts.len());
+        for &t in ts {
+            let slot = self.buffers.get(t)?;
+            let n = t.n_bytes();
+            if n as u64 > slot.bytes {
+                return Err(crate::backend::BackendError::Other(format!(
+                    "read of {n} bytes from {} ({} bytes)",
+                    slot.name, slot.bytes
+                )));
+            }
+            parts.push((&slot.buffer, slot.offset, n));
+        }
+        let total: usize = parts.iter().map(|p| p.2).sum();
+        if total != out.len() {
+            return Err(crate::backend::BackendError::Other(format!(
+                "read of {total} bytes into {} bytes",
+                out.len()
+            )));
+        }
+        self.rec.read_parts(&self.ctx, &parts, out)
     }
 
     fn sync(&mut self) -> Result<()> {

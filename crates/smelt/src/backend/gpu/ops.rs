@@ -153,6 +153,10 @@ impl Backend for GpuBackend {
         self.read_bytes(t, out)
     }
 
+    fn read_all(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
+        self.read_all_bytes(ts, out)
+    }
+
     fn synchronize(&mut self) -> Result<()> {
         self.sync()
     }
