@@ -574,6 +574,7 @@ fn rope_cases(b: &mut Bench) {
                         freq_base: 10000.0,
                         freq_scale: 1.0,
                         freq_factors: factors.then_some(p(ff)),
+                        attn_factor: 1.0,
                     };
                     be.rope(p(x), p(pos), &params, p(out))
                 },
@@ -1401,6 +1402,7 @@ fn rope_params(mode: RopeMode, n_heads: usize, hd: usize) -> RopeParams {
         freq_base: 10000.0,
         freq_scale: 1.0,
         freq_factors: None,
+        attn_factor: 1.0,
     }
 }
 
@@ -1563,6 +1565,7 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
                     let rope = |n| RopeParams {
                         freq_factors: ff.map(p),
+                        attn_factor: 1.0,
                         ..rope_params(RopeMode::Normal, n, hd)
                     };
                     let params = AttentionParams {

@@ -72,6 +72,50 @@ impl Fast {
         self.matmuls(&[(w, dtype)], k, x, &mut [out])
     }
 
+    /// Per-expert matmuls (`Backend::matmul_id`): the rows routed to each
+    /// expert gathered, one matmul per expert that has any, and scattered
+    /// back, as ggml's `mul_mat_id` does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_id(
+        &mut self,
+        w: &[u8],
+        dtype: GgmlType,
+        k: usize,
+        n_expert: usize,
+        x: &[f32],
+        ids: &[i32],
+        k_used: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let expert_bytes = w.len() / n_expert.max(1);
+        let m = out.len() / ids.len().max(1);
+        let shared = x.len() / k.max(1) != ids.len();
+        let mut routed: Vec<Vec<usize>> = vec![Vec::new(); n_expert];
+        for (r, &id) in ids.iter().enumerate() {
+            routed[checked_index("expert id", id, n_expert)?].push(r);
+        }
+        let (mut xs, mut os) = (Vec::new(), Vec::new());
+        for (e, rows) in routed.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+            xs.clear();
+            for &r in rows {
+                let xr = if shared { r / k_used } else { r };
+                xs.extend_from_slice(&x[xr * k..(xr + 1) * k]);
+            }
+            os.resize(rows.len() * m, 0.0);
+            self.matmul(
+                &w[e * expert_bytes..(e + 1) * expert_bytes],
+                dtype,
+                k,
+                &xs,
+                &mut os,
+            )?;
+            for (&r, o) in rows.iter().zip(os.chunks_exact(m)) {
+                out[r * m..(r + 1) * m].copy_from_slice(o);
+            }
+        }
+        Ok(())
+    }
+
     /// Whether [`Fast::matmuls`] shares one job among weights of `dtype`
     /// with rows of `k` (the quantized paths; F32 and F16 run apart).
     pub fn shares_matmuls(dtype: GgmlType, k: usize) -> bool {
@@ -196,7 +240,7 @@ impl Fast {
             let mut theta = ps as f32;
             for d in 0..half {
                 let t = p.freq_scale * factors.map_or(theta, |f| theta / f[d]);
-                table.extend([t.cos(), t.sin()]);
+                table.extend([t.cos() * p.attn_factor, t.sin() * p.attn_factor]);
                 theta *= theta_scale;
             }
         }
@@ -360,7 +404,7 @@ multiversion! {
 fn glu_generic<M: Madd>(gate: &[f32], up: &[f32], out: &mut [f32], gelu: bool) {
     let it = out.iter_mut().zip(gate).zip(up);
     if gelu {
-        it.for_each(|((o, &g), &u)| *o = simd::gelu::<M>(g) * u);
+        it.for_each(|((o, &g), &u)| *o = simd::gelu(g) * u);
     } else {
         it.for_each(|((o, &g), &u)| *o = simd::silu::<M>(g) * u);
     }

@@ -28,7 +28,8 @@ mod simd;
 mod store;
 
 use super::{
-    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Tensor, WeightData,
+    AttentionParams, Backend, BackendError, Caps, MoeParams, Op, Result, RopeParams, Tensor,
+    WeightData,
 };
 use crate::quant::{self, GgmlType};
 use quant::can_dequantize;
@@ -218,7 +219,9 @@ impl Backend for CpuBackend {
             Op::SetRows | Op::Attention | Op::Copy => {
                 matches!(dtype, GgmlType::F32 | GgmlType::F16)
             }
+            Op::MatMulId => self.supports(Op::MatMul, dtype),
             Op::Argmax => dtype == GgmlType::F32,
+            Op::Softcap | Op::TopKMoe | Op::MoeSum => dtype == GgmlType::F32,
             Op::RmsNorm
             | Op::Rope
             | Op::Add
@@ -463,6 +466,71 @@ impl Backend for CpuBackend {
         check::argmax(x, out)?;
         self.with_out(out, |b, o| {
             reference::argmax(b.store.f32(x)?, x.cols, o.i32(out));
+            Ok(())
+        })
+    }
+
+    fn softcap(&mut self, x: Tensor, cap: f32, out: Tensor) -> Result<()> {
+        check::softcap(x, cap, out)?;
+        self.with_out(out, |b, o| {
+            let src = if x.id == out.id {
+                None
+            } else {
+                Some(b.store.f32(x)?)
+            };
+            reference::softcap(src, cap, o.f32(out));
+            Ok(())
+        })
+    }
+
+    fn topk_moe(
+        &mut self,
+        logits: Tensor,
+        p: &MoeParams,
+        ids: Tensor,
+        weights: Tensor,
+    ) -> Result<()> {
+        check::topk_moe(logits, p, ids, weights)?;
+        let mut id_buf = self.store.take(ids)?;
+        let r = self.with_out(weights, |b, o| {
+            let l = b.store.f32(logits)?;
+            reference::topk_moe(l, logits.cols, p, id_buf.i32(ids), o.f32(weights));
+            Ok(())
+        });
+        self.store.put(id_buf);
+        r
+    }
+
+    fn matmul_id(&mut self, w: Tensor, x: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        let n_expert = check::matmul_id(w, x, ids, out)?;
+        if !self.supports(Op::MatMulId, w.dtype) {
+            return Err(self.unsupported(Op::MatMulId, w.dtype));
+        }
+        self.with_out(out, |b, o| {
+            let (ws, xs, is) = (b.store.bytes(w)?, b.store.f32(x)?, b.store.i32(ids)?);
+            let (k, k_used) = (w.cols, ids.cols);
+            match &mut b.fast {
+                Some(f) => f.matmul_id(ws, w.dtype, k, n_expert, xs, is, k_used, o.f32(out)),
+                None => reference::matmul_id(
+                    ws,
+                    w.dtype,
+                    k,
+                    n_expert,
+                    xs,
+                    is,
+                    k_used,
+                    o.f32(out),
+                    &mut b.row,
+                ),
+            }
+        })
+    }
+
+    fn moe_sum(&mut self, experts: Tensor, weights: Tensor, out: Tensor) -> Result<()> {
+        check::moe_sum(experts, weights, out)?;
+        self.with_out(out, |b, o| {
+            let (e, w) = (b.store.f32(experts)?, b.store.f32(weights)?);
+            reference::moe_sum(e, w, weights.cols, o.f32(out));
             Ok(())
         })
     }

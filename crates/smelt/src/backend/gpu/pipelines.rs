@@ -58,6 +58,8 @@ pub enum Elementwise {
     Add,
     Mul,
     Scale,
+    /// `cap · tanh(a / cap)`.
+    Softcap,
     SiluMul,
     GeluMul,
 }
@@ -655,6 +657,7 @@ impl Kernel {
             Elementwise::Add,
             Elementwise::Mul,
             Elementwise::Scale,
+            Elementwise::Softcap,
             Elementwise::SiluMul,
             Elementwise::GeluMul,
         ] {
@@ -788,7 +791,7 @@ impl Kernel {
             Kernel::AttentionRope(_) => &[
                 RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, RW, R,
             ],
-            Kernel::Elementwise(Elementwise::Scale) => &[RW, RW],
+            Kernel::Elementwise(Elementwise::Scale | Elementwise::Softcap) => &[RW, RW],
             Kernel::Elementwise(_) => &[RW, RW, RW],
             Kernel::SplitSums => &[RW, R],
             Kernel::Softmax | Kernel::Argmax | Kernel::Copy { .. } | Kernel::HalfBlocks => {
@@ -1041,9 +1044,13 @@ impl Kernel {
                     Elementwise::Add => "ADD",
                     Elementwise::Mul => "MUL",
                     Elementwise::Scale => "SCALE",
+                    Elementwise::Softcap => "SOFTCAP",
                     Elementwise::SiluMul => "SILU_MUL",
                     Elementwise::GeluMul => "GELU_MUL",
                 });
+                if matches!(op, Elementwise::Scale | Elementwise::Softcap) {
+                    def("ONE_INPUT");
+                }
                 parts.extend([src::EXACT, src::ELEMENTWISE]);
             }
             Kernel::GluQ8(op) | Kernel::GluHalf(op) => {

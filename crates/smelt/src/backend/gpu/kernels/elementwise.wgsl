@@ -1,5 +1,5 @@
 // Elementwise ops, one define each: ADD (out = a + b), MUL (a * b), SCALE
-// (a * s), SILU_MUL (silu(a) * b), GELU_MUL (gelu_tanh(a) * b). For ADD and
+// (a * s), SOFTCAP (s · tanh(a / s)), SILU_MUL (silu(a) * b), GELU_MUL (gelu_tanh(a) * b). For ADD and
 // MUL, b may be a single row broadcast over a's rows. out may be a: every
 // binding is read_write so the same buffer can be bound twice. SiLU and
 // GELU are the fast CPU backend's, bit for bit (exact.wgsl).
@@ -18,7 +18,7 @@
 
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
-#ifndef SCALE
+#ifndef ONE_INPUT
 @group(0) @binding(3) var<storage, read_write> b: array<f32>;     // (rows, cols) or (cols)
 #endif
 #ifdef HALF
@@ -40,6 +40,11 @@ fn op(i: u32) -> f32 {
 #endif
 #ifdef SCALE
     return x * pf(2);
+#endif
+#ifdef SOFTCAP
+    // tanh saturates to ±1 in f32 past ±10; some drivers' tanh overflows
+    // to NaN far beyond.
+    return tanh(clamp(x * (1.0 / pf(2)), -10.0, 10.0)) * pf(2);
 #endif
 #ifdef SILU_MUL
     return cpu_silu(x) * b[i];
