@@ -1032,7 +1032,11 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
             let name = format!("{t} gelu={gelu} glu + matmul n={n}");
             let tol = if coop { 2e-6 } else { 1e-8 };
             b.check(&format!("{name}: out"), tol, out, ffn);
-            b.check(&format!("{name}: act"), 1e-12, act, ffn);
+            // GELU's output is rounded to f16 (ggml's table): where the
+            // GPU's f32 value lies within an ulp of an f16 tie it lands one
+            // f16 step from the CPU's, about one element in a thousand.
+            let act_tol = if gelu { 1e-10 } else { 1e-12 };
+            b.check(&format!("{name}: act"), act_tol, act, ffn);
             assert_eq!(gpu_dispatches(&mut b, ffn), 2, "{name}");
         }
     }

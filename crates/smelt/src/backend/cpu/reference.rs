@@ -280,11 +280,21 @@ pub fn silu(x: f32) -> f32 {
     (f64::from(x) / (1.0 + (-f64::from(x)).exp())) as f32
 }
 
-/// GELU, tanh approximation (ggml's `gelu`).
+/// GELU as ggml's CPU defines it (`GGML_GELU_FP16`): the tanh
+/// approximation of the input rounded to f16, rounded to f16; 0 at or
+/// below -10 and the input at or above 10. llama.cpp's Gemma logits follow
+/// this, and so do the fast CPU backend's table and the GPU.
 pub fn gelu(x: f32) -> f32 {
-    let x = f64::from(x);
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let h = f64::from(half::f16::from_f32(x).to_f32());
     let c = (2.0 / std::f64::consts::PI).sqrt();
-    (0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())) as f32
+    let y = 0.5 * h * (1.0 + (c * (h + 0.044715 * h * h * h)).tanh());
+    half::f16::from_f64(y).to_f32()
 }
 
 /// `out = act(gate) * up`.
