@@ -10,7 +10,17 @@
 #   .whl/*.whl                    the gguf wheel (and numpy's, if the machine lacks it)
 # The tokenizer donor (Llama-3 vocabulary) is read from testdata/ or .device/.
 #
-# Environment: CASES ("shape:type ..."), MODES ("fast exact"), REPS (5),
+# Models: llama shapes from scripts/synth_gguf.py; Q4_0, Q8_0 and F16
+# written directly, every other type (Q4_K_M, Q5_K_M, Q6_K, ...) quantized
+# from the shape's F16 file by `$QUANTIZE` (default `smelt quantize`, which
+# writes llama-quantize's bytes; LLAMA_QUANTIZE=path uses llama.cpp's).
+#
+# Peers, measured in the same run when given: LLAMA_BENCH_CUDA and
+# LLAMA_BENCH_VULKAN, paths to llama.cpp's llama-bench of each build (run
+# with -p PP -n TG -r REPS -ngl 99 on the same files); the table gives
+# smelt's median against each.
+#
+# Environment: CASES ("shape:type ..."), MODES ("fast"), REPS (5),
 # PP (512) and TG (128) tokens, CASE_TIMEOUT (100 s per case and mode),
 # MODELS (/tmp/smelt-bench-models), BW (bytes/s of a device-to-device
 # copy, read + written; default 4.3e12 on H200, 3.0e12 on H100 as an
@@ -24,11 +34,12 @@ OUT=${OUT:-.device/out}
 # Outside .device: a carried .device replaces the remote one, and the
 # synthetic models (GBs) should survive between calls on a warm machine.
 MODELS=${MODELS:-/tmp/smelt-bench-models}
-CASES=${CASES:-"llama-1b:Q4_0 llama-1b:Q8_0 llama-8b:Q4_0"}
+CASES=${CASES:-"llama-1b:Q4_K_M llama-1b:Q5_K_M llama-1b:Q6_K llama-1b:Q8_0 llama-1b:Q4_0
+                llama-8b:Q4_K_M llama-8b:Q5_K_M llama-8b:Q6_K llama-8b:Q8_0 llama-8b:Q4_0"}
 REPS=${REPS:-5}
 # fast: the GPU's default mode (hardware arithmetic, f32 activations);
 # exact: --exact (activations rounded as ggml does, bit for bit llama.cpp).
-MODES=${MODES:-"fast exact"}
+MODES=${MODES:-"fast"}
 SMELT=${SMELT:-.device/smelt}
 mkdir -p "$OUT" "$MODELS"
 log=$OUT/bench-gpu.log
@@ -94,9 +105,35 @@ for case in $CASES; do
     shape=${case%%:*}; qt=${case##*:}
     model=$MODELS/$shape-${qt,,}.gguf
     if [ ! -f "$model" ]; then
-        say "writing $model"
-        "$py" scripts/synth_gguf.py "$donor" "$model" "$shape" "$qt" >>"$log" 2>&1
+        case $qt in
+            Q4_0|Q8_0|F16)
+                say "writing $model"
+                "$py" scripts/synth_gguf.py "$donor" "$model" "$shape" "$qt" >>"$log" 2>&1 ;;
+            *)
+                f16=$MODELS/$shape-f16.gguf
+                if [ ! -f "$f16" ]; then
+                    say "writing $f16"
+                    "$py" scripts/synth_gguf.py "$donor" "$f16" "$shape" F16 >>"$log" 2>&1
+                fi
+                say "quantizing $model"
+                quantize=("$SMELT" quantize)
+                [ -n "${LLAMA_QUANTIZE:-}" ] && quantize=("$LLAMA_QUANTIZE")
+                if ! "${quantize[@]}" "$f16" "$model" "$qt" >>"$log" 2>&1; then
+                    say "quantizing $model failed (see $log)"
+                    rm -f "$model"
+                    continue
+                fi ;;
+        esac
     fi
+    for peer in cuda vulkan; do
+        bin=${LLAMA_BENCH_CUDA:-}
+        [ $peer = vulkan ] && bin=${LLAMA_BENCH_VULKAN:-}
+        [ -n "$bin" ] || continue
+        say "llama.cpp $peer: $model"
+        timeout "${CASE_TIMEOUT:-100}" "$bin" -m "$model" -p "${PP:-512}" -n "${TG:-128}" -r "$REPS" \
+            -ngl 99 -o json >"$OUT/$shape-$qt-llama-$peer.json" 2>>"$log" \
+            || say "llama.cpp $peer on $model failed (rc $?)"
+    done
     for mode in $MODES; do
         say "bench $model ($mode)"
         flags=()
@@ -135,8 +172,20 @@ devs = json.load(open(os.path.join(out, "devices.json")))
 name = next((d["name"] for d in devs if not d["software"]), devs[0]["name"] if devs else "?")
 bw = float(os.environ["BW"]) if os.environ.get("BW") else (4.3e12 if "H200" in name else 3.0e12)
 print(f"device: {name}; roofline bandwidth {bw/1e12:.2f} TB/s (BW=...)")
-print("| model | acts | test | t/s median | spread (min-max) | subm/token | disp/token | roofline |")
-print("|---|---|---|---:|---:|---:|---:|---:|")
+def peer(shape, qt, name, test):
+    """llama-bench's median t/s for `test` (pp512 or tg128), or None."""
+    try:
+        rows = json.load(open(os.path.join(out, f"{shape}-{qt}-llama-{name}.json")))
+    except (OSError, ValueError):
+        return None
+    for r in rows:
+        t = f"pp{r['n_prompt']}" if r.get("n_prompt") else f"tg{r['n_gen']}"
+        if t == test:
+            return statistics.median(r["samples_ts"])
+    return None
+print("| model | mode | test | t/s median | spread (min-max) | subm/token | disp/token | roofline "
+      "| llama.cpp CUDA | ratio | llama.cpp Vulkan | ratio |")
+print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for case in cases:
     shape, qt = case.split(":")
     model = os.path.join(os.environ["MODELS"], f"{shape}-{qt.lower()}.gguf")
@@ -157,6 +206,10 @@ for case in cases:
             sub = row.get("submissions_per_token")
             disp = row.get("dispatches_per_token")
             fmt = lambda v, d: "?" if v is None else f"{v:.{d}f}"
+            peers = ""
+            for name in ("cuda", "vulkan"):
+                p = peer(shape, qt, name, test)
+                peers += " | |" if p is None else f" | {p:.1f} | {med / p:.2f}x |"
             print(f"| {shape} {qt} | {mode} | {test} | {med:.1f} | {min(ts):.1f}-{max(ts):.1f} | "
-                  f"{fmt(sub, 3)} | {fmt(disp, 1)} | {roof} |")
+                  f"{fmt(sub, 3)} | {fmt(disp, 1)} | {roof}" + peers)
 PY
