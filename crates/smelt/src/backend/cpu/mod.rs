@@ -11,7 +11,6 @@
 //! Ops execute at once; there is nothing to record or submit.
 
 mod attention;
-pub mod check;
 mod fast;
 mod gemm8;
 mod matmul;
@@ -22,7 +21,7 @@ mod simd;
 mod store;
 
 use super::{
-    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Tensor, WeightData,
+    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Tensor, WeightData, check,
 };
 use crate::quant::{self, GgmlType};
 use quant::can_dequantize;

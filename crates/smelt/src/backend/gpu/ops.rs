@@ -1,9 +1,9 @@
 //! The contract's ops on the GPU. Each runs the contract's shared shape and
-//! type checks (`cpu::check`, the same the CPU runs), then the kernels' own
+//! type checks (`backend::check`, the same the CPU runs), then the kernels' own
 //! limits: a bad call is an error, never a panic or an out-of-bounds
 //! dispatch. Then it packs its parameters and records one dispatch.
 
-use crate::backend::cpu::check as contract;
+use crate::backend::check as contract;
 use crate::backend::{
     AttentionParams, Backend, BackendError, Caps, Op, OpTime, Result, RopeParams, Stats, Tensor,
     WeightData, WeightInput,

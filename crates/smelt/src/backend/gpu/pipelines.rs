@@ -1303,7 +1303,7 @@ fn build(
         // - every buffer holds at least the tensor view a dispatch covers
         //   (`Buffers::get`), plus one spare word for the unaligned u32
         //   reads of GGUF blocks;
-        // - the contract's shape checks (`cpu::check`) and the kernel limits
+        // - the contract's shape checks (`backend::check`) and the kernel limits
         //   in `ops.rs` (head_dim <= 256, even F16 rows, cache rows >= ctx)
         //   hold, so every index a kernel derives from its parameters is in
         //   range, and invocations past the end return early;
