@@ -13,8 +13,14 @@
 // (`GpuBackend::half_input`): one invocation per word of 2 values, in the
 // blocked order.
 //
-// Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32),
-// 3 cols (HALF, a multiple of 32).
+struct Params {
+    n: u32,     // elements
+    b_len: u32, // elements of b (b[i % b_len])
+    s: f32,     // SCALE: the factor
+    cols: u32,  // HALF: values per row (a multiple of 32)
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
@@ -33,13 +39,13 @@
 fn op(i: u32) -> f32 {
     let x = a[i];
 #ifdef ADD
-    return x + b[i % pu(1)];
+    return x + b[i % P.b_len];
 #endif
 #ifdef MUL
-    return x * b[i % pu(1)];
+    return x * b[i % P.b_len];
 #endif
 #ifdef SCALE
-    return x * pf(2);
+    return x * P.s;
 #endif
 #ifdef SILU_MUL
     return cpu_silu(x) * b[i];
@@ -53,10 +59,10 @@ fn op(i: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = gid.x + gid.y * nwg.x * 256u;
-    if (2u * g >= pu(0)) {
+    if (2u * g >= P.n) {
         return;
     }
-    let e = block_pair(g, pu(3), pu(0) / pu(3));
+    let e = block_pair(g, P.cols, P.n / P.cols);
     let v = vec2<f32>(op(e), op(e + 1u));
     out[e] = v.x;
     out[e + 1u] = v.y;
@@ -67,7 +73,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg) * {{WG}}u + lid;
-    let live = g < pu(0) / 4u;
+    let live = g < P.n / 4u;
     var v = vec4<f32>(0.0);
     if (live) {
         for (var e = 0u; e < 4u; e++) {
@@ -81,7 +87,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
-    if (i < pu(0)) {
+    if (i < P.n) {
         out[i] = op(i);
     }
 }
