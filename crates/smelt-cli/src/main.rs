@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "smelt",
     version,
-    about = "Run large language models from GGUF files on GPUs and CPUs"
+    about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,6 +41,13 @@ enum Command {
     Template(cmd::template::Args),
     /// List the GPU adapters and what they can do
     Devices(cmd::devices::Args),
+    /// Train an example network (a CNN on digits, an LSTM on text) on the
+    /// CPU or a GPU
+    Train(cmd::train::Args),
+    /// Classify 8x8 digits with a checkpoint of `smelt train cnn`
+    Classify(cmd::classify::Args),
+    /// Sample text from a checkpoint of `smelt train rnn`
+    Sample(cmd::sample::Args),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +64,9 @@ fn main() -> ExitCode {
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Template(a) => cmd::template::run(a),
         Command::Devices(a) => cmd::devices::run(a),
+        Command::Train(a) => cmd::train::run(a),
+        Command::Classify(a) => cmd::classify::run(a),
+        Command::Sample(a) => cmd::sample::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

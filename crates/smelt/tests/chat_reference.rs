@@ -1,5 +1,6 @@
 //! Chat templates against Python jinja2 (`scripts/render_chat_template.py`,
-//! Hugging Face's environment): the built-in templates, SmolLM2's own
+//! Hugging Face's environment): the built-in templates (as written, and
+//! against the models' own templates they stand in for), SmolLM2's own
 //! template read from the GGUF (by the `gguf` package on the Python side,
 //! by our reader on ours), Gemma 3's fallback, and every reference template
 //! on messages the shipped cases do not cover (tool calls, odd whitespace,
@@ -142,7 +143,7 @@ fn builtin_templates_match_jinja2() {
         rendered += cases.len();
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert_eq!(rendered, 3 * 10);
+    assert_eq!(rendered, smelt::chat::BUILTINS.len() * 10);
 }
 
 /// Hand-checked against the model cards, so the built-ins are right and not
@@ -248,4 +249,107 @@ fn reference_templates_match_jinja2_on_more_messages() {
         failures.len(),
         failures.join("\n\n")
     );
+}
+
+/// Conversations without tools, with the reasoning fields Qwen 3 and
+/// gpt-oss read, for comparing built-ins with the models' own templates.
+fn plain_conversations() -> Vec<Value> {
+    let mut out: Vec<Value> = conversations()
+        .into_iter()
+        .filter(|c| !c.to_string().contains("tool"))
+        .collect();
+    out.extend([
+        json!([
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello."}
+        ]),
+        json!([
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "<think>\nadd them\n</think>\n\n4"},
+            {"role": "user", "content": "3+3?"},
+            {"role": "assistant", "content": "<think>again</think>6", "thinking": "again"}
+        ]),
+        json!([
+            {"role": "user", "content": "Why?"},
+            {"role": "assistant", "content": "Because.", "reasoning_content": "\nThinking.\n"}
+        ]),
+        json!([{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}]),
+    ]);
+    out
+}
+
+fn starts_with_system(c: &Value) -> bool {
+    c[0]["role"] == "system"
+}
+
+fn has_system(c: &Value) -> bool {
+    c.to_string().contains("\"system\"")
+}
+
+fn has_thinking(c: &Value) -> bool {
+    c.to_string().contains("think")
+}
+
+/// Which conversations a model's own template accepts and its built-in
+/// stands in for.
+type Accepts = fn(&Value) -> bool;
+
+/// Each built-in renders what the model's own template (jinja2) renders,
+/// on the conversations that template accepts and the built-in covers.
+#[test]
+fn builtins_match_the_models_own_templates() {
+    let pairs: [(&str, &str, Accepts); 6] = [
+        ("qwen3", "Qwen-Qwen3-0.6B", |_| true),
+        // Qwen 2.5 adds a system message of its own where none is given.
+        ("chatml", "Qwen-Qwen2.5-7B-Instruct", |c| {
+            starts_with_system(c) && !has_thinking(c)
+        }),
+        ("phi3", "microsoft-Phi-3.5-mini-instruct", |c| {
+            !has_thinking(c)
+        }),
+        // Gemma 2 refuses a system message.
+        ("gemma", "google-gemma-2-2b-it", |c| {
+            !has_system(c) && !has_thinking(c)
+        }),
+        ("gpt-oss", "openai-gpt-oss-120b", |c| {
+            !c.to_string().contains("<think>")
+        }),
+        // NeMo moves a system message into the last user turn.
+        (
+            "mistral-v3-tekken",
+            "mistralai-Mistral-Nemo-Instruct-2407",
+            |c| !has_system(c) && !has_thinking(c),
+        ),
+    ];
+    let dir = common::testdata("chat-templates");
+    let mut failures = Vec::new();
+    for (builtin, model, accepts) in pairs {
+        let source = std::fs::read_to_string(dir.join(format!("{model}.jinja"))).unwrap();
+        let cases: Vec<Value> = plain_conversations()
+            .into_iter()
+            .filter(|c| accepts(c) && c.as_array().is_some_and(|m| !m.is_empty()))
+            .flat_map(|messages| {
+                [true, false].map(|add_generation_prompt| {
+                    json!({
+                        "messages": messages,
+                        "add_generation_prompt": add_generation_prompt,
+                        "bos_token": "<BOS>",
+                        "eos_token": "<EOS>",
+                    })
+                })
+            })
+            .collect();
+        assert!(cases.len() >= 4, "{builtin}: only {} cases", cases.len());
+        let mut t = fixed(ChatTemplate::builtin(builtin).unwrap());
+        t.set_special_tokens("<BOS>", "<EOS>");
+        for case in &cases {
+            // Agreeing on an error would prove nothing here.
+            let rendered = t.render(&case["messages"], case["add_generation_prompt"] == true);
+            assert!(rendered.is_ok(), "{builtin}: {rendered:?}");
+        }
+        let name = format!("{builtin} as {model}");
+        failures.extend(compare(&name, &mut t, json!({"template": source}), &cases));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -268,7 +268,9 @@ fn reader_agrees_on_gemma3() {
 }
 
 /// llama.cpp's vocabulary-only GGUFs, gzipped in `testdata/tokenizer` (the
-/// tokenizer tests' copy; one copy in the repository serves both).
+/// tokenizer tests' copy; one copy in the repository serves both). Some are
+/// trimmed by `scripts/trim_vocab.py` to the tokens their vectors reach, so
+/// the size check only asserts a real vocabulary, not a full one.
 fn check_vocab(name: &str) {
     let gz = common::testdata(&format!("tokenizer/ggml-vocab-{name}.gguf.gz"));
     let path = scratch(&format!("ggml-vocab-{name}.gguf"));
@@ -279,7 +281,7 @@ fn check_vocab(name: &str) {
         file.get_array("tokenizer.ggml.tokens")
             .expect("tokens")
             .len()
-            > 30_000
+            > 200
     );
 }
 
@@ -304,12 +306,18 @@ macro_rules! vocab_tests {
 }
 
 vocab_tests! {
+    vocab_command_r => "command-r",
+    vocab_deepseek_coder => "deepseek-coder",
     vocab_deepseek_llm => "deepseek-llm",
     vocab_falcon => "falcon",
+    vocab_gemma_4 => "gemma-4",
     vocab_gpt_2 => "gpt-2",
     vocab_llama_bpe => "llama-bpe",
     vocab_llama_spm => "llama-spm",
+    vocab_mpt => "mpt",
     vocab_phi_3 => "phi-3",
     vocab_qwen2 => "qwen2",
+    vocab_qwen35 => "qwen35",
+    vocab_refact => "refact",
     vocab_starcoder => "starcoder",
 }

@@ -247,9 +247,23 @@ fn random_vocabularies_never_panic() {
             });
         }
         let mut m = Metadata::new();
-        let model = if round % 2 == 0 { "gpt2" } else { "llama" };
+        let model = ["gpt2", "llama", "gemma4"][round % 3];
         m.insert("tokenizer.ggml.model", Value::String(model.into()));
-        m.insert("tokenizer.ggml.pre", Value::String("qwen2".into()));
+        // Pre-tokenizers of every kind: engine regexes, hand-written
+        // matchers, escaped spaces, raw UTF-8.
+        let pre = [
+            "qwen2",
+            "kimi-k2",
+            "afmoe",
+            "tekken",
+            "sarvam-moe",
+            "whitespace",
+            "superbpe",
+            "chameleon",
+            "deepseek-v3",
+            "chatglm-bpe",
+        ][rng.gen_range(0..10)];
+        m.insert("tokenizer.ggml.pre", Value::String(pre.into()));
         m.insert(
             "tokenizer.ggml.tokens",
             Value::Array(Array::String(tokens.clone())),

@@ -1,10 +1,16 @@
 //! llama.cpp's tokenizer test vectors (`testdata/tokenizer`, from its
 //! `models/` folder): every case must tokenize to exactly llama.cpp's ids
 //! (add_special = false, parse_special = false) and decode back to its text.
+//!
+//! Some vocabularies are stored trimmed to what the texts can reach
+//! (`scripts/trim_vocab.py`; see testdata/tokenizer/README.md). The ignored
+//! test `full_size_vocabularies` runs the untrimmed files of llama.cpp's
+//! `models/` folder, named by `SMELT_LLAMA_VOCABS`.
 
 mod common;
 
 use std::io::Read;
+use std::path::Path;
 
 use smelt::gguf::Header;
 use smelt::tokenizer::{Tokenizer, VocabType};
@@ -17,25 +23,25 @@ fn load(name: &str) -> Tokenizer {
     flate2::read::GzDecoder::new(file)
         .read_to_end(&mut bytes)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header = Header::parse(&bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
+    tokenizer(name, &bytes)
+}
+
+fn tokenizer(name: &str, bytes: &[u8]) -> Tokenizer {
+    let header = Header::parse(bytes).unwrap_or_else(|e| panic!("{name}: {e}"));
     Tokenizer::from_gguf(&header).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// The `.inp` texts (separated by `\n__ggml_vocab_test__\n`, which also ends
-/// the file) and the `.out` ids, one line per text.
-fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
+/// most files) and the `.out` ids, one line per text, from `dir`.
+fn cases_in(dir: &Path, name: &str) -> Vec<(String, Vec<u32>)> {
     let read = |ext: &str| {
-        let path = common::testdata(&format!("tokenizer/ggml-vocab-{name}.gguf.{ext}"));
+        let path = dir.join(format!("ggml-vocab-{name}.gguf.{ext}"));
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
     let inp = read("inp");
     let out = read("out");
     let sep = "\n__ggml_vocab_test__\n";
-    let texts: Vec<&str> = inp
-        .strip_suffix(sep)
-        .expect(".inp ends with the separator")
-        .split(sep)
-        .collect();
+    let texts: Vec<&str> = inp.strip_suffix(sep).unwrap_or(&inp).split(sep).collect();
     let ids: Vec<Vec<u32>> = out
         .lines()
         .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
@@ -43,6 +49,10 @@ fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
     assert_eq!(texts.len(), ids.len(), "{name}: .inp and .out disagree");
     assert!(texts.len() > 40, "{name}: only {} cases", texts.len());
     texts.into_iter().map(String::from).zip(ids).collect()
+}
+
+fn cases(name: &str) -> Vec<(String, Vec<u32>)> {
+    cases_in(&common::testdata("tokenizer"), name)
 }
 
 /// The text `decode` should give back. Vocabularies that clean up spaces
@@ -63,10 +73,20 @@ fn expected_text(text: &str, cleans_spaces: bool) -> String {
 }
 
 fn check(name: &str, vocab_type: VocabType, cleans_spaces: bool) {
-    let tok = load(name);
-    assert_eq!(tok.vocab_type(), vocab_type, "{name}");
+    let failures = failures(&load(name), vocab_type, cleans_spaces, cases(name));
+    assert!(failures.is_empty(), "{name}:\n{}", failures.join("\n"));
+}
+
+/// The cases `tok` gets wrong, described.
+fn failures(
+    tok: &Tokenizer,
+    vocab_type: VocabType,
+    cleans_spaces: bool,
+    cases: Vec<(String, Vec<u32>)>,
+) -> Vec<String> {
+    assert_eq!(tok.vocab_type(), vocab_type);
     let mut failures = Vec::new();
-    for (text, want) in cases(name) {
+    for (text, want) in cases {
         let got = tok.encode(&text, false, false);
         if got != want {
             failures.push(format!("{text:?}\n   want {want:?}\n    got {got:?}"));
@@ -78,7 +98,7 @@ fn check(name: &str, vocab_type: VocabType, cleans_spaces: bool) {
             failures.push(format!("{text:?} decodes to {back:?}"));
         }
     }
-    assert!(failures.is_empty(), "{name}:\n{}", failures.join("\n"));
+    failures
 }
 
 #[test]
@@ -119,4 +139,75 @@ fn falcon() {
 #[test]
 fn starcoder() {
     check("starcoder", VocabType::Bpe, true);
+}
+
+#[test]
+fn qwen35() {
+    check("qwen35", VocabType::Bpe, false);
+}
+
+#[test]
+fn gemma_4() {
+    check("gemma-4", VocabType::Bpe, true);
+}
+
+#[test]
+fn command_r() {
+    check("command-r", VocabType::Bpe, false);
+}
+
+#[test]
+fn deepseek_coder() {
+    check("deepseek-coder", VocabType::Bpe, false);
+}
+
+#[test]
+fn mpt() {
+    check("mpt", VocabType::Bpe, true);
+}
+
+#[test]
+fn refact() {
+    check("refact", VocabType::Bpe, true);
+}
+
+/// Every vector of llama.cpp's `models/` folder whose tokenizer smelt has,
+/// on the full-size vocabularies: `SMELT_LLAMA_VOCABS=/path/to/llama.cpp/models
+/// cargo test --release -p smelt --test tokenizer_vectors -- --ignored`.
+/// bert-bge (WordPiece) is left out: smelt has no WordPiece tokenizer.
+#[test]
+#[ignore = "needs SMELT_LLAMA_VOCABS, llama.cpp's models/ folder"]
+fn full_size_vocabularies() {
+    let dir = std::env::var_os("SMELT_LLAMA_VOCABS")
+        .expect("SMELT_LLAMA_VOCABS names llama.cpp's models/ folder");
+    let dir = Path::new(&dir);
+    let vocabs = [
+        ("llama-spm", VocabType::Spm, false),
+        ("phi-3", VocabType::Spm, false),
+        ("llama-bpe", VocabType::Bpe, true),
+        ("gpt-2", VocabType::Bpe, true),
+        ("qwen2", VocabType::Bpe, false),
+        ("qwen35", VocabType::Bpe, false),
+        ("deepseek-llm", VocabType::Bpe, false),
+        ("deepseek-coder", VocabType::Bpe, false),
+        ("falcon", VocabType::Bpe, true),
+        ("starcoder", VocabType::Bpe, true),
+        ("refact", VocabType::Bpe, true),
+        ("mpt", VocabType::Bpe, true),
+        ("command-r", VocabType::Bpe, false),
+        ("gemma-4", VocabType::Bpe, true),
+    ];
+    let mut report = Vec::new();
+    let mut failed = Vec::new();
+    for (name, vocab_type, cleans_spaces) in vocabs {
+        let path = dir.join(format!("ggml-vocab-{name}.gguf"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let cases = cases_in(dir, name);
+        let n = cases.len();
+        let fails = failures(&tokenizer(name, &bytes), vocab_type, cleans_spaces, cases);
+        report.push(format!("{name}: {}/{n}", n - fails.len()));
+        failed.extend(fails.into_iter().map(|f| format!("{name}: {f}")));
+    }
+    eprintln!("{}", report.join("\n"));
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

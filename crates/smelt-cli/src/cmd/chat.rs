@@ -25,7 +25,9 @@ pub struct Args {
     /// A system message that starts the conversation
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
-    /// Use this built-in chat template (chatml, llama3, gemma) instead of the model's
+    /// Use this built-in chat template instead of the model's: chatml, llama3,
+    /// gemma, qwen3, phi3, phi4, mistral-v1, mistral-v3, mistral-v3-tekken,
+    /// mistral-v7, mistral-v7-tekken or gpt-oss
     #[arg(long = "chat-template", value_name = "NAME")]
     chat_template: Option<String>,
     /// Most tokens per reply (default: until the model ends its turn or

@@ -2,11 +2,14 @@
 
 pub mod bench;
 pub mod chat;
+pub mod classify;
 pub mod devices;
 pub mod info;
 pub mod perplexity;
 pub mod quantize;
 pub mod run;
+pub mod sample;
 pub mod serve;
 pub mod template;
 pub mod tokenize;
+pub mod train;

@@ -29,7 +29,9 @@ pub struct Args {
     /// Requests that may wait for a slot; more get 503
     #[arg(long, default_value_t = 64)]
     queue: usize,
-    /// Use this built-in chat template (chatml, llama3, gemma) instead of the model's
+    /// Use this built-in chat template instead of the model's: chatml, llama3,
+    /// gemma, qwen3, phi3, phi4, mistral-v1, mistral-v3, mistral-v3-tekken,
+    /// mistral-v7, mistral-v7-tekken or gpt-oss
     #[arg(long = "chat-template", value_name = "NAME")]
     chat_template: Option<String>,
 }

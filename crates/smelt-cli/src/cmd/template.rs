@@ -18,7 +18,9 @@ pub struct Args {
     /// its architecture); BOS and EOS come from its vocabulary
     #[arg(short = 'm', long, group = "source")]
     model: Option<PathBuf>,
-    /// Use a built-in template: chatml, llama3 or gemma
+    /// Use a built-in template: chatml, llama3, gemma, qwen3, phi3, phi4,
+    /// mistral-v1, mistral-v3, mistral-v3-tekken, mistral-v7,
+    /// mistral-v7-tekken or gpt-oss
     #[arg(long = "chat-template", value_name = "NAME", group = "source")]
     chat_template: Option<String>,
     /// A JSON file with the messages: an array of {"role", "content", ...}

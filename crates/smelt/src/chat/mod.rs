@@ -127,10 +127,13 @@ impl ChatTemplate {
             (Some(name), _) => Self::builtin(name)?,
             (None, Some(source)) => Self::new(source, "from the GGUF")?,
             (None, None) => {
-                let arch = header.architecture()?;
-                let tokens = vocabulary(header);
-                let llama3 = tokens.is_some_and(|t| t.iter().any(|s| s == "<|start_header_id|>"));
-                Self::builtin(builtin::for_model(arch, llama3))?
+                let hints = builtin::ModelHints {
+                    architecture: header.architecture()?,
+                    tokens: vocabulary(header).map_or(&[], Vec::as_slice),
+                    pre: header.opt_str("tokenizer.ggml.pre")?.unwrap_or(""),
+                    name: header.opt_str("general.name")?.unwrap_or(""),
+                };
+                Self::builtin(builtin::for_model(&hints))?
             }
         };
         let token = |key: &str| -> Result<String, ChatError> {

@@ -2,6 +2,10 @@
 //! `llm_tokenizer_bpe` does it: pre-tokenize into words, spell each word's
 //! bytes with GPT-2's byte→unicode map, then merge adjacent symbols in merge
 //! rank order until no ranked pair is left.
+//!
+//! SentencePiece-style BPE (Gemma 4) is the same machinery with spaces
+//! written as U+2581 first and words kept in raw UTF-8; a piece no token
+//! spells falls back to `<0xXX>` byte tokens instead of one-byte ones.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
@@ -19,6 +23,7 @@ const NONE: usize = usize::MAX;
 
 pub(super) struct Bpe {
     pre: PreTokenizer,
+    spec: PreSpec,
     /// Merge rank by (left, right) symbol id. A symbol id is a token id, or
     /// for a merge part that is no token, an id from `extra_symbols`.
     ranks: HashMap<(u32, u32), u32>,
@@ -42,6 +47,7 @@ impl Bpe {
         };
         let mut bpe = Bpe {
             pre: PreTokenizer::new(spec.exprs)?,
+            spec: *spec,
             ranks: HashMap::with_capacity(merges.len()),
             extra_symbols: HashMap::new(),
         };
@@ -73,17 +79,32 @@ impl Bpe {
 
     /// Tokenizes one fragment of raw text.
     pub fn tokenize(&self, vocab: &Vocab, text: &str, out: &mut Vec<u32>) {
+        let escaped;
+        let text = if self.spec.escape_whitespaces {
+            escaped = text.replace(' ', "\u{2581}");
+            &escaped
+        } else {
+            text
+        };
         for range in self.pre.split(text) {
-            let word: String = text.as_bytes()[range]
-                .iter()
-                .map(|&b| byte_to_char(b))
-                .collect();
-            self.tokenize_word(vocab, &word, out);
+            if self.spec.byte_encode {
+                let word: String = text.as_bytes()[range]
+                    .iter()
+                    .map(|&b| byte_to_char(b))
+                    .collect();
+                self.tokenize_word(vocab, &word, out);
+            } else {
+                self.tokenize_word(vocab, &text[range], out);
+            }
         }
     }
 
     fn tokenize_word(&self, vocab: &Vocab, word: &str, out: &mut Vec<u32>) {
-        if vocab.ignore_merges {
+        // Gemma 4 takes a run of newlines whole when it is a token, as
+        // llama.cpp does (merges alone would not reach every such token).
+        let whole = vocab.ignore_merges
+            || (self.spec.newline_words_whole && word.bytes().all(|b| b == b'\n'));
+        if whole {
             if let Some(id) = vocab.id(word) {
                 out.push(id);
                 return;
@@ -148,15 +169,25 @@ impl Bpe {
             let piece = &word[s.start..s.start + s.len];
             match vocab.id(piece) {
                 Some(id) => out.push(id),
-                // llama.cpp then looks up each byte of the piece as a
-                // one-byte token, which only ASCII bytes can be.
-                None => out.extend(
-                    piece
-                        .bytes()
-                        .filter(u8::is_ascii)
-                        .filter_map(|b| vocab.id((b as char).encode_utf8(&mut [0; 4]))),
-                ),
+                None => self.byte_fallback(vocab, piece, out),
             }
+        }
+    }
+
+    /// A piece no token spells, byte by byte: byte-level BPE looks each
+    /// byte up as a one-byte token, which only ASCII bytes can be;
+    /// SentencePiece-style BPE as its `<0xXX>` token. Bytes without a
+    /// token are dropped, as in llama.cpp.
+    fn byte_fallback(&self, vocab: &Vocab, piece: &str, out: &mut Vec<u32>) {
+        for b in piece.bytes() {
+            let id = if self.spec.byte_encode {
+                b.is_ascii()
+                    .then(|| vocab.id((b as char).encode_utf8(&mut [0; 4])))
+                    .flatten()
+            } else {
+                vocab.id(&format!("<0x{b:02X}>"))
+            };
+            out.extend(id);
         }
     }
 }

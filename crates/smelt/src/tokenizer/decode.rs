@@ -23,9 +23,11 @@ impl Tokenizer {
             return Cow::Borrowed(t.text.as_bytes());
         }
         if t.attr.any(Attr::NORMAL) {
-            return match self.vocab.kind {
-                VocabType::Spm => Cow::Owned(t.text.replace('\u{2581}', " ").into_bytes()),
-                VocabType::Bpe => Cow::Owned(byte_decode(&t.text)),
+            let escaped = self.vocab.kind == VocabType::Spm || self.vocab.escape_whitespaces;
+            return if escaped {
+                Cow::Owned(t.text.replace('\u{2581}', " ").into_bytes())
+            } else {
+                Cow::Owned(byte_decode(&t.text))
             };
         }
         if t.attr.any(Attr::BYTE) {

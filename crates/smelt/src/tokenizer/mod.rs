@@ -35,7 +35,7 @@ pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
     #[error(
-        "tokenizer.ggml.model is {0:?}; supported are \"llama\" (SentencePiece) and \"gpt2\" (byte-level BPE)"
+        "tokenizer.ggml.model is {0:?}; supported are \"llama\" (SentencePiece), \"gpt2\" (byte-level BPE) and \"gemma4\" (BPE over UTF-8)"
     )]
     UnknownModel(String),
     #[error(

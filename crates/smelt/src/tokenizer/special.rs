@@ -6,7 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use super::TokenizerError;
-use super::vocab::{Attr, TokenData, Vocab, VocabType};
+use super::vocab::{Attr, TokenData, Vocab};
 use crate::gguf::{GgufError, Header};
 
 /// Token ids with a role. `None` where the vocabulary has none.
@@ -118,21 +118,27 @@ const EOG_TEXTS: &[&str] = &[
     "[e~[",
 ];
 
+/// The BOS, EOS and unknown ids a tokenizer type assumes where the GGUF
+/// names none (llama.cpp's per-type defaults).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DefaultIds {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub unk: Option<u32>,
+}
+
 impl SpecialTokens {
     /// Ids from the model type's defaults and the GGUF keys, then the roles
     /// found by text, which are marked as control tokens as llama.cpp does.
     pub fn from_gguf(
         h: &Header,
-        kind: VocabType,
+        defaults: DefaultIds,
         tokens: &mut [TokenData],
         token_to_id: &HashMap<String, u32>,
     ) -> Result<Self, TokenizerError> {
         let n = tokens.len();
         let mut ids = SpecialIds::default();
-        (ids.bos, ids.eos, ids.unk) = match kind {
-            VocabType::Spm => (Some(1), Some(2), Some(0)),
-            VocabType::Bpe => (Some(11), Some(11), None),
-        };
+        (ids.bos, ids.eos, ids.unk) = (defaults.bos, defaults.eos, defaults.unk);
         // A default out of the vocabulary's range is no token at all; a GGUF
         // value out of range is ignored, keeping the default.
         let read = |slot: &mut Option<u32>, key: &str| -> Result<(), GgufError> {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use super::TokenizerError;
 use super::pretokenize::{self, PreSpec};
-use super::special::SpecialTokens;
+use super::special::{DefaultIds, SpecialTokens};
 use crate::gguf::{Array, Header};
 
 pub(super) const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -23,7 +23,8 @@ const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
 pub enum VocabType {
     /// `llama`: SentencePiece-style BPE over scores, with byte fallback.
     Spm,
-    /// `gpt2`: byte-level BPE over merge ranks, after a regex pre-tokenizer.
+    /// `gpt2`: byte-level BPE over merge ranks, after a regex pre-tokenizer
+    /// (also `gemma4`: BPE over raw UTF-8 with spaces as U+2581).
     Bpe,
 }
 
@@ -99,6 +100,8 @@ pub(super) struct Vocab {
     pub clean_spaces: bool,
     /// Take a pre-tokenized word that is itself a token whole, without merges.
     pub ignore_merges: bool,
+    /// Normal tokens spell spaces as U+2581 (SentencePiece-style BPE).
+    pub escape_whitespaces: bool,
 }
 
 impl Vocab {
@@ -106,12 +109,16 @@ impl Vocab {
     /// pre-tokenizer the caller builds.
     pub fn from_gguf(h: &Header) -> Result<(Self, Option<PreSpec>), TokenizerError> {
         let model = h.get_str(KEY_MODEL)?;
-        let kind = match model {
-            "llama" => VocabType::Spm,
-            "gpt2" => VocabType::Bpe,
+        let pre = h.opt_str(KEY_PRE)?.unwrap_or("");
+        // Gemma 4 names its own model: BPE with its pre-tokenizer, whatever
+        // `tokenizer.ggml.pre` says.
+        let (kind, pre) = match model {
+            "llama" => (VocabType::Spm, pre),
+            "gpt2" => (VocabType::Bpe, pre),
+            "gemma4" => (VocabType::Bpe, "gemma4"),
             other => return Err(TokenizerError::UnknownModel(other.to_string())),
         };
-        let pre = h.opt_str(KEY_PRE)?.unwrap_or("").to_string();
+        let pre = pre.to_string();
 
         // Flags by model type; for BPE the pre-tokenizer adjusts them. Only
         // BPE has pre-tokenizers, so SentencePiece ignores the name.
@@ -122,16 +129,24 @@ impl Vocab {
                     .ok_or_else(|| TokenizerError::UnknownPre { name: pre.clone() })?,
             ),
         };
-        let (mut add_space_prefix, mut add_bos, clean_spaces, ignore_merges) = match &spec {
-            None => (true, true, false, false),
-            Some(s) => (false, s.add_bos, s.clean_spaces, s.ignore_merges),
-        };
+        let (mut add_space_prefix, mut add_bos, clean_spaces, ignore_merges, escape_whitespaces) =
+            match &spec {
+                None => (true, true, false, false, false),
+                Some(s) => (
+                    false,
+                    s.add_bos,
+                    s.clean_spaces,
+                    s.ignore_merges,
+                    s.escape_whitespaces,
+                ),
+            };
         if let Some(v) = h.opt_bool(KEY_ADD_SPACE_PREFIX)? {
             add_space_prefix = v;
         }
 
         let (mut tokens, token_to_id) = read_tokens(h)?;
-        let special = SpecialTokens::from_gguf(h, kind, &mut tokens, &token_to_id)?;
+        let defaults = default_ids(model, spec.as_ref());
+        let special = SpecialTokens::from_gguf(h, defaults, &mut tokens, &token_to_id)?;
         add_bos = h.opt_bool(KEY_ADD_BOS)?.unwrap_or(add_bos);
         let add_eos = h.opt_bool(KEY_ADD_EOS)?.unwrap_or(false);
         for (on, id, flag) in [
@@ -157,6 +172,7 @@ impl Vocab {
             add_space_prefix,
             clean_spaces,
             ignore_merges,
+            escape_whitespaces,
         };
         vocab.set_attrs_by_name(h);
         Ok((vocab, spec))
@@ -209,6 +225,28 @@ impl Vocab {
         if let Some(id) = self.id(text) {
             self.tokens[id as usize].attr.set(attr, on);
         }
+    }
+}
+
+/// llama.cpp's default BOS, EOS and unknown ids for a tokenizer model,
+/// used where the GGUF names none.
+fn default_ids(model: &str, spec: Option<&PreSpec>) -> DefaultIds {
+    match (model, spec) {
+        ("llama", _) => DefaultIds {
+            bos: Some(1),
+            eos: Some(2),
+            unk: Some(0),
+        },
+        ("gemma4", _) => DefaultIds {
+            bos: None,
+            eos: None,
+            unk: None,
+        },
+        (_, spec) => DefaultIds {
+            bos: (!spec.is_some_and(|s| s.no_default_bos)).then_some(11),
+            eos: Some(11),
+            unk: None,
+        },
     }
 }
 

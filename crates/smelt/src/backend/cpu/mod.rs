@@ -14,7 +14,7 @@ mod attention;
 mod fast;
 mod gemm8;
 mod matmul;
-mod pool;
+pub mod pool;
 mod q8;
 pub mod reference;
 mod simd;

@@ -27,7 +27,7 @@ mod pipelines;
 mod recorder;
 mod tables;
 
-pub use context::{AdapterReport, GpuOptions, adapters, best_hardware};
+pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware};
 pub use kernels::{Kernel, ShaderFeatures, WEIGHT_TYPES};
 pub use pipelines::preprocess;
 
@@ -40,7 +40,6 @@ use crate::quant::GgmlType::{self, F16, F32};
 
 use acts::Acts;
 use buffers::Buffers;
-use context::Context;
 use kernels::elementwise::{self, Elementwise};
 use kernels::matvec_blocks::MatVecBlocks;
 use kernels::{Aux, Dispatch, copy, norm, softmax};

@@ -1,0 +1,261 @@
+// LSTM and GRU steps (ops/rnn.rs): one dispatch per time step, one
+// invocation per (batch row b, hidden unit j), each recurrent dot product
+// summed over k in order from zero. Gradients run the steps backwards; the
+// dispatch with t = steps makes dh0.
+
+struct RnnParams {
+    steps: u32,
+    batch: u32,
+    hidden: u32,
+    t: u32,
+}
+
+@group(0) @binding(0) var<uniform> p: RnnParams;
+
+#ifdef LSTM
+@group(0) @binding(1) var<storage, read> xp: array<f32>;          // (T, B, 4H)
+@group(0) @binding(2) var<storage, read> w: array<f32>;           // (4H, H)
+@group(0) @binding(3) var<storage, read> h0: array<f32>;          // (B, H)
+@group(0) @binding(4) var<storage, read> c0: array<f32>;          // (B, H)
+@group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
+@group(0) @binding(6) var<storage, read_write> cs: array<f32>;    // (T, B, H)
+@group(0) @binding(7) var<storage, read_write> gates: array<f32>; // (T, B, 4H)
+
+fn hprev(b: u32, k: u32) -> f32 {
+    if (p.t == 0u) {
+        return h0[b * p.hidden + k];
+    }
+    return hs[((p.t - 1u) * p.batch + b) * p.hidden + k];
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = flat(gid, nwg, 64u);
+    let h = p.hidden;
+    if (idx >= p.batch * h) {
+        return;
+    }
+    let b = idx / h;
+    let j = idx % h;
+    var dot = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
+    for (var k = 0u; k < h; k++) {
+        let hv = hprev(b, k);
+        for (var q = 0u; q < 4u; q++) {
+            dot[q] += hv * w[(q * h + j) * h + k];
+        }
+    }
+    let base = (p.t * p.batch + b) * 4u * h + j;
+    let i = sigmoid(xp[base] + dot[0]);
+    let f = sigmoid(xp[base + h] + dot[1]);
+    let g = tanh(xp[base + 2u * h] + dot[2]);
+    let o = sigmoid(xp[base + 3u * h] + dot[3]);
+    var cprev = 0.0;
+    if (p.t == 0u) {
+        cprev = c0[idx];
+    } else {
+        cprev = cs[((p.t - 1u) * p.batch + b) * h + j];
+    }
+    let c = f * cprev + i * g;
+    let at = (p.t * p.batch + b) * h + j;
+    cs[at] = c;
+    hs[at] = o * tanh(c);
+    gates[base] = i;
+    gates[base + h] = f;
+    gates[base + 2u * h] = g;
+    gates[base + 3u * h] = o;
+}
+#endif
+
+#ifdef LSTM_GRAD
+@group(0) @binding(1) var<storage, read> dhs: array<f32>;         // (T, B, H)
+@group(0) @binding(2) var<storage, read> gates: array<f32>;       // (T, B, 4H)
+@group(0) @binding(3) var<storage, read> cs: array<f32>;          // (T, B, H)
+@group(0) @binding(4) var<storage, read> c0: array<f32>;          // (B, H)
+@group(0) @binding(5) var<storage, read> w: array<f32>;           // (4H, H)
+@group(0) @binding(6) var<storage, read_write> dxp: array<f32>;   // (T, B, 4H)
+@group(0) @binding(7) var<storage, read_write> dh0: array<f32>;   // (B, H)
+@group(0) @binding(8) var<storage, read_write> dc: array<f32>;    // (B, H): the running dc, then dc0
+
+// Σ_m dxp[s, b, m] · w[m, j], m in order.
+fn back_dot(s: u32, b: u32, j: u32) -> f32 {
+    let h = p.hidden;
+    var acc = 0.0;
+    for (var m = 0u; m < 4u * h; m++) {
+        acc += dxp[(s * p.batch + b) * 4u * h + m] * w[m * h + j];
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = flat(gid, nwg, 64u);
+    let h = p.hidden;
+    if (idx >= p.batch * h) {
+        return;
+    }
+    let b = idx / h;
+    let j = idx % h;
+    if (p.t == p.steps) {
+        dh0[idx] = back_dot(0u, b, j);
+        return;
+    }
+    let s = p.t;
+    let base = (s * p.batch + b) * 4u * h + j;
+    let i = gates[base];
+    let f = gates[base + h];
+    let g = gates[base + 2u * h];
+    let o = gates[base + 3u * h];
+    let at = (s * p.batch + b) * h + j;
+    var dh = dhs[at];
+    var dc_next = 0.0;
+    if (s + 1u < p.steps) {
+        dh = dhs[at] + back_dot(s + 1u, b, j);
+        dc_next = dc[idx];
+    }
+    let c = cs[at];
+    var cprev = 0.0;
+    if (s == 0u) {
+        cprev = c0[idx];
+    } else {
+        cprev = cs[at - p.batch * h];
+    }
+    let tc = tanh(c);
+    let d_o = dh * tc;
+    let dcv = dc_next + dh * o * (1.0 - tc * tc);
+    dc[idx] = dcv * f;
+    dxp[base] = dcv * g * (i * (1.0 - i));
+    dxp[base + h] = dcv * cprev * (f * (1.0 - f));
+    dxp[base + 2u * h] = dcv * i * (1.0 - g * g);
+    dxp[base + 3u * h] = d_o * (o * (1.0 - o));
+}
+#endif
+
+#ifdef GRU
+@group(0) @binding(1) var<storage, read> xp: array<f32>;          // (T, B, 3H)
+@group(0) @binding(2) var<storage, read> w: array<f32>;           // (3H, H)
+@group(0) @binding(3) var<storage, read> bias: array<f32>;        // (3H)
+@group(0) @binding(4) var<storage, read> h0: array<f32>;          // (B, H)
+@group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
+@group(0) @binding(6) var<storage, read_write> acts: array<f32>;  // (T, B, 4H): r, z, n, rec_n
+
+fn hprev(b: u32, k: u32) -> f32 {
+    if (p.t == 0u) {
+        return h0[b * p.hidden + k];
+    }
+    return hs[((p.t - 1u) * p.batch + b) * p.hidden + k];
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = flat(gid, nwg, 64u);
+    let h = p.hidden;
+    if (idx >= p.batch * h) {
+        return;
+    }
+    let b = idx / h;
+    let j = idx % h;
+    var dot = array<f32, 3>(0.0, 0.0, 0.0);
+    for (var k = 0u; k < h; k++) {
+        let hv = hprev(b, k);
+        for (var q = 0u; q < 3u; q++) {
+            dot[q] += hv * w[(q * h + j) * h + k];
+        }
+    }
+    let x = (p.t * p.batch + b) * 3u * h + j;
+    let r = sigmoid(xp[x] + (dot[0] + bias[j]));
+    let z = sigmoid(xp[x + h] + (dot[1] + bias[h + j]));
+    let hn = dot[2] + bias[2u * h + j];
+    let n = tanh(xp[x + 2u * h] + r * hn);
+    let hp = hprev(b, j);
+    hs[(p.t * p.batch + b) * h + j] = (1.0 - z) * n + z * hp;
+    let a = (p.t * p.batch + b) * 4u * h + j;
+    acts[a] = r;
+    acts[a + h] = z;
+    acts[a + 2u * h] = n;
+    acts[a + 3u * h] = hn;
+}
+#endif
+
+#ifdef GRU_GRAD
+@group(0) @binding(1) var<storage, read> dhs: array<f32>;         // (T, B, H)
+@group(0) @binding(2) var<storage, read> acts: array<f32>;        // (T, B, 4H)
+@group(0) @binding(3) var<storage, read> hs: array<f32>;          // (T, B, H)
+@group(0) @binding(4) var<storage, read> h0: array<f32>;          // (B, H)
+@group(0) @binding(5) var<storage, read> w: array<f32>;           // (3H, H)
+@group(0) @binding(6) var<storage, read_write> dxp: array<f32>;   // (T, B, 3H)
+@group(0) @binding(7) var<storage, read_write> drec: array<f32>;  // (T, B, 3H)
+@group(0) @binding(8) var<storage, read_write> dh: array<f32>;     // (B, H): the running dh, then dh0
+
+fn back_dot(s: u32, b: u32, j: u32) -> f32 {
+    let h = p.hidden;
+    var acc = 0.0;
+    for (var m = 0u; m < 3u * h; m++) {
+        acc += drec[(s * p.batch + b) * 3u * h + m] * w[m * h + j];
+    }
+    return acc;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let idx = flat(gid, nwg, 64u);
+    let h = p.hidden;
+    if (idx >= p.batch * h) {
+        return;
+    }
+    let b = idx / h;
+    let j = idx % h;
+    if (p.t == p.steps) {
+        dh[idx] = back_dot(0u, b, j) + dh[idx] * acts[b * 4u * h + h + j];
+        return;
+    }
+    let s = p.t;
+    let a = (s * p.batch + b) * 4u * h + j;
+    let r = acts[a];
+    let z = acts[a + h];
+    let n = acts[a + 2u * h];
+    let hn = acts[a + 3u * h];
+    let at = (s * p.batch + b) * h + j;
+    var d = dhs[at];
+    if (s + 1u < p.steps) {
+        let zn = acts[((s + 1u) * p.batch + b) * 4u * h + h + j];
+        d = dhs[at] + back_dot(s + 1u, b, j) + dh[idx] * zn;
+    }
+    dh[idx] = d;
+    var hp = 0.0;
+    if (s == 0u) {
+        hp = h0[idx];
+    } else {
+        hp = hs[at - p.batch * h];
+    }
+    let dn = d * (1.0 - z) * (1.0 - n * n);
+    let dz = d * (hp - n) * (z * (1.0 - z));
+    let dr = dn * hn * (r * (1.0 - r));
+    let o = (s * p.batch + b) * 3u * h + j;
+    dxp[o] = dr;
+    dxp[o + h] = dz;
+    dxp[o + 2u * h] = dn;
+    drec[o] = dr;
+    drec[o + h] = dz;
+    drec[o + 2u * h] = dn * r;
+}
+#endif
+
+#ifdef SHIFT
+// [h0; hs[..T-1]]: p.steps = all elements, p.batch = h0's elements.
+@group(0) @binding(1) var<storage, read> h0: array<f32>;
+@group(0) @binding(2) var<storage, read> hs: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat(gid, nwg, 64u);
+    if (i >= p.steps) {
+        return;
+    }
+    if (i < p.batch) {
+        out[i] = h0[i];
+    } else {
+        out[i] = hs[i - p.batch];
+    }
+}
+#endif

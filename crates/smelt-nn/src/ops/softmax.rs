@@ -1,0 +1,185 @@
+//! Softmax over the last dimension, and softmax cross-entropy per row of
+//! logits `[N, C]` against class labels `[N]` (class indices as f32).
+//!
+//! Per row: `m = max x`, `s = Σ exp(x − m)` in order; softmax is
+//! `exp(x − m) / s`, the loss `m + ln s − x[label]`. Gradients:
+//! softmax `y · (dy − Σ dy·y)` (the sum in order), cross-entropy
+//! `(exp(x − m) / s − onehot) · dloss`.
+
+use crate::cpu::{Cx, par_chunks};
+use crate::error::{Result, shape_err};
+use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
+use crate::graph::{Graph, Shape, Value};
+use crate::ops::{Backward, Io, Op, Shapes};
+
+fn rows_cols(s: &[usize]) -> (usize, usize) {
+    let cols = *s.last().unwrap_or(&1);
+    (s.iter().product::<usize>() / cols.max(1), cols)
+}
+
+pub fn infer_softmax(s: &[&[usize]]) -> Result<Vec<Shape>> {
+    Ok(vec![s[0].to_vec()])
+}
+
+pub fn infer_softmax_grad(s: &[&[usize]]) -> Result<Vec<Shape>> {
+    if s[0] != s[1] {
+        return shape_err("softmax_grad", format!("{:?} and {:?} differ", s[0], s[1]));
+    }
+    Ok(vec![s[0].to_vec()])
+}
+
+pub fn infer_ce(s: &[&[usize]]) -> Result<Vec<Shape>> {
+    match (s[0], s[1]) {
+        ([n, c], [nl]) if n == nl && *c > 0 => Ok(vec![vec![*n]]),
+        _ => shape_err(
+            "cross_entropy",
+            format!(
+                "logits {:?} and labels {:?}: want [N, C] and [N]",
+                s[0], s[1]
+            ),
+        ),
+    }
+}
+
+pub fn infer_ce_grad(s: &[&[usize]]) -> Result<Vec<Shape>> {
+    match (s[0], s[1], s[2]) {
+        ([n0], [n, _], [n2]) if n0 == n && n == n2 => Ok(vec![s[1].to_vec()]),
+        _ => shape_err("cross_entropy_grad", format!("{s:?}")),
+    }
+}
+
+pub fn backward_softmax(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
+    let Some(dy) = b.grads[0] else {
+        return Ok(vec![None]);
+    };
+    Ok(vec![Some(g.node1(Op::SoftmaxGrad, &[dy, b.outputs[0]])?)])
+}
+
+pub fn backward_ce(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
+    let Some(dl) = b.grads[0] else {
+        return Ok(vec![None, None]);
+    };
+    if b.needs[1] {
+        return Err(crate::error::NnError::Graph(
+            "cross_entropy: labels have no gradient".into(),
+        ));
+    }
+    Ok(vec![
+        Some(g.node1(Op::CrossEntropyGrad, &[dl, b.inputs[0], b.inputs[1]])?),
+        None,
+    ])
+}
+
+/// `(max, Σ exp(x − max))` of a row.
+#[inline]
+fn row_stats(x: &[f32]) -> (f32, f32) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut s = 0.0f32;
+    for &v in x {
+        s += (v - m).exp();
+    }
+    (m, s)
+}
+
+pub fn cpu_softmax(cx: &mut Cx, io: &mut Io) {
+    let (_, cols) = rows_cols(&io.shapes.ins[0]);
+    let x = io.ins[0];
+    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
+        for (r, y) in out.chunks_mut(cols).enumerate() {
+            let xr = &x[start + r * cols..][..cols];
+            let (m, s) = row_stats(xr);
+            for (yv, &v) in y.iter_mut().zip(xr) {
+                *yv = (v - m).exp() / s;
+            }
+        }
+    });
+}
+
+pub fn cpu_softmax_grad(cx: &mut Cx, io: &mut Io) {
+    let (_, cols) = rows_cols(&io.shapes.ins[0]);
+    let (dy, y) = (io.ins[0], io.ins[1]);
+    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
+        for (r, dx) in out.chunks_mut(cols).enumerate() {
+            let (dyr, yr) = (
+                &dy[start + r * cols..][..cols],
+                &y[start + r * cols..][..cols],
+            );
+            let mut dot = 0.0f32;
+            for (a, b) in dyr.iter().zip(yr) {
+                dot += a * b;
+            }
+            for ((d, &a), &b) in dx.iter_mut().zip(dyr).zip(yr) {
+                *d = b * (a - dot);
+            }
+        }
+    });
+}
+
+pub fn cpu_ce(cx: &mut Cx, io: &mut Io) {
+    let (_, cols) = rows_cols(&io.shapes.ins[0]);
+    let (x, labels) = (io.ins[0], io.ins[1]);
+    par_chunks(cx, &mut *io.outs[0], 64, &|start, out| {
+        for (r, l) in out.iter_mut().enumerate() {
+            let row = start + r;
+            let xr = &x[row * cols..][..cols];
+            let (m, s) = row_stats(xr);
+            *l = m + s.ln() - xr[labels[row] as usize];
+        }
+    });
+}
+
+pub fn cpu_ce_grad(cx: &mut Cx, io: &mut Io) {
+    let (_, cols) = rows_cols(&io.shapes.ins[1]);
+    let (dl, x, labels) = (io.ins[0], io.ins[1], io.ins[2]);
+    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
+        for (r, dx) in out.chunks_mut(cols).enumerate() {
+            let row = start / cols + r;
+            let xr = &x[row * cols..][..cols];
+            let (m, s) = row_stats(xr);
+            let label = labels[row] as usize;
+            for (c, (d, &v)) in dx.iter_mut().zip(xr).enumerate() {
+                let onehot = if c == label { 1.0 } else { 0.0 };
+                *d = ((v - m).exp() / s - onehot) * dl[row];
+            }
+        }
+    });
+}
+
+pub fn gpu(define: &'static str, s: &Shapes) -> Vec<Dispatch> {
+    let (rows, cols) = rows_cols(&s.outs[0]);
+    let (rows, cols) = if define == "CE" {
+        rows_cols(&s.ins[0])
+    } else {
+        (rows, cols)
+    };
+    let p = RowParams {
+        rows: rows as u32,
+        cols: cols as u32,
+        pad: [0; 2],
+    };
+    let binds = match define {
+        "CE_GRAD" => vec![Bind::In(0), Bind::In(1), Bind::In(2), Bind::Out(0)],
+        _ => vec![Bind::In(0), Bind::In(1), Bind::Out(0)],
+    };
+    let binds = if define == "SOFTMAX" {
+        vec![Bind::In(0), Bind::Out(0)]
+    } else {
+        binds
+    };
+    vec![Dispatch::new(
+        Kernel::new("softmax", &[define]),
+        bytemuck::bytes_of(&p),
+        binds,
+        groups_1d(rows, 64),
+    )]
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct RowParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub pad: [u32; 2],
+}
+
+pub const ROW_FIELDS: &[&str] = &["rows", "cols", "pad"];
