@@ -419,9 +419,8 @@ impl Recorder {
 /// On a hardware adapter, polls the device without sleeping until `rx`
 /// has the mapping's result, for up to `SPIN_LIMIT`; None on a software
 /// one (it needs the cores) or past the limit. Sleeping in the driver's
-/// wait cost every token its wake-up and a slower core after it: on
-/// an H200, tg128 of the 1b Q4_0 model went from 553-564 t/s to
-/// 625-691, the host's recording and submission getting faster too.
+/// wait costs every token its wake-up and a slower core after it, for the
+/// recording and submission of the next token too (docs/perf-notes.md).
 fn spin(
     ctx: &Context,
     rx: &std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,

@@ -17,9 +17,9 @@ const NEG_BIG: f32 = -3.0e38;
 
 // The f16 bits of v rounded to nearest, ties to even, as the CPU (and
 // ggml) convert: Vulkan leaves the rounding of pack2x16float to the
-// implementation, and NVIDIA's does not round to nearest (measured on the
-// H100: every Q8 scale and f16 cache value that ggml's mode rounds came
-// out different). Overflow gives infinity, NaN a quiet NaN.
+// implementation, and NVIDIA's does not round to nearest (every Q8 scale
+// and f16 cache value that ggml's mode rounds would differ from the CPU's).
+// Overflow gives infinity, NaN a quiet NaN.
 fn f16_bits(v: f32) -> u32 {
     let b = bitcast<u32>(v);
     let sign = (b >> 16u) & 0x8000u;

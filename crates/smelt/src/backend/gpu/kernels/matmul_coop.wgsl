@@ -11,12 +11,12 @@
 // copy, not once per tile of rows: `GpuBackend::half_input`), two values a
 // word, in blocks of 32 values along k with the same block of all n tokens
 // together: a step's activation tile is one run of memory, which its
-// invocations read in order (as rows of n × k, each token's 64 bytes were
-// a run of their own, and the loads took ~10% longer).
+// invocations read in order (as rows of n × k, each token's 64 bytes would
+// be a run of their own, and the loads take longer).
 //
 // Per step of TK = 32 along k, the workgroup decodes the weight tile
 // from its GGUF blocks (`de8`, 8 values per call; for Q4_0 `de8h`, in f16
-// arithmetic, which took the H200's 8b GEMMs from 91 to 82 µs a token)
+// arithmetic, about half the staging's instructions of `de8`)
 // and widens the activations' words, both into workgroup memory as [row
 // or token][k] with LDS halves per row, stored V halves at a time; each
 // subgroup then loads its fragments from there and multiplies. The next
@@ -26,8 +26,8 @@
 // multiplies, so their loads are in flight meanwhile. (Widening f16 pairs
 // to f32 and rounding them back is exact; WGSL has no bitcast of a word to
 // two f16 that naga 30 accepts, and `x` bound as f16, as
-// `array<vec4<f16>>` or as a 16-byte struct of two, made the GEMMs ~25%
-// slower on the H200.)
+// `array<vec4<f16>>` or as a 16-byte struct of two, makes the GEMMs
+// slower: docs/perf-notes.md.)
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
@@ -45,10 +45,10 @@
 // (`Backend::matmuls`: Q, K, V; gate, up), their tiles along m one after
 // the other, so the small K and V projections fill the GPU together with
 // Q; weight i > 0 is bound as wq{i} and writes all of out{i}.
-// With JOINT the weights are side by side in one buffer (`Buffers::load_joined`),
-// bound once as wq, weight i from its first block: a load
-// then needs no branch on the weight, which made the H200's multi GEMMs
-// ~25% slower (8b's K and V 5.1 against 6.4 µs a token).
+// With JOINT the weights are side by side in one buffer
+// (`Buffers::load_joined`), bound once as wq, weight i from its first block
+// (first0, first1, first2): a load then needs no branch on the weight,
+// which costs the multi GEMMs ~25%.
 //
 // GLU (repacked types): gate and up joined in wq (from blocks first0 and
 // first1), and a tile's rows gate and up rows of the same TM / 2 features in

@@ -10,9 +10,8 @@
 // packed 4×8-bit dot (`dot4I8Packed`: one instruction where the device has
 // integer dot products, Vulkan 1.3 and Metal); Q4_0's −8 · Σq_x comes from
 // the same dots against bytes of 1, once per block for the 4 rows.
-// Decoding nibbles to f32 and multiplying in f32 took ~5 instructions per
-// weight, which bound the f32 kernel this replaces (8b model on the H100:
-// compute-bound at ~20% of the bandwidth); here it is under one.
+// Decoding nibbles to f32 and multiplying in f32 takes ~5 instructions per
+// weight, enough to make a mat-vec compute-bound; here it is under one.
 //
 // Each invocation owns whole 32-value blocks (block b, b + WG, ...) of 4
 // rows at once, four blocks per step (then two, then one); a block's 8
@@ -38,11 +37,10 @@
 // and rounds it to Q8 in workgroup memory as norm.wgsl's RmsNormQ8 does
 // (the same sums of squares over workgroups of the same size, the same
 // words), and the first workgroup of a token writes the norm's output
-// `nout`; the Q8 rounding is not stored. One dispatch fewer (the norm's
-// was ~8 µs of the H200's time, and ~4 µs of the host's), for reading the
-// row once per workgroup, from the cache: MULTI then takes 16 rows of one
-// weight a workgroup (4 quads), not 4. Rows of up to NORM_BLOCKS blocks.
-// MULTI's row groups are then of 16 rows.
+// `nout`; the Q8 rounding is not stored. One dispatch fewer, for reading
+// the row once per workgroup, from the cache: MULTI then takes 16 rows of
+// one weight a workgroup (4 quads), not 4, so its row groups are of 16
+// rows. Rows of up to NORM_BLOCKS blocks.
 
 struct Params {
     m: u32,          // rows of w
