@@ -11,6 +11,10 @@ smelt's own results; nothing here imports or trusts smelt's code.
         Writes, for every tensor in file order, a line
         `name<TAB>type<TAB>n_values` and then its n_values f32 values
         (dequantized by gguf.quants), and finally a line `END`.
+    quant_ref.py hashes MODEL.gguf
+        Prints, as JSON, the file's sha256 and each tensor's type, shape and
+        sha256 as gguf.GGUFReader reads them: the form of
+        testdata/quantize/tiny-256.json's entries.
     quant_ref.py ftypes TYPE...
         Prints llama.cpp's general.file_type value for each type (or none).
     quant_ref.py check-requant SRC.gguf OUT.gguf TYPE [OUTPUT_TYPE]
@@ -24,6 +28,7 @@ of an old layout; the two functions below follow ggml's current block_q8_1
 and the rounding of quantize_row_q8_1_ref / quantize_row_q8_K_ref.
 """
 
+import re
 import sys
 
 try:
@@ -229,9 +234,18 @@ RAW_TYPES = ("I8", "I16", "I32", "I64", "F64")
 
 
 def is_quantized_weight(dims, name):
-    # What `smelt quantize` is meant to requantize, as llama-quantize does:
-    # weights of two or more dimensions (1-D tensors become F32).
-    return len(dims) >= 2 and name.endswith(".weight")
+    # What llama-quantize quantizes in the plain models these checks use:
+    # weights of two or more dimensions (trailing 1s do not count), less
+    # the norms. Everything else keeps its type.
+    n_dims = max([i + 1 for i, d in enumerate(dims) if d > 1] or [1])
+    return n_dims >= 2 and name.endswith("weight") and "_norm.weight" not in name
+
+
+def llama_order(name):
+    # llama.cpp's tensor order: by the layer of `blk.N.` (-1 outside the
+    # layers), then by name.
+    m = re.match(r"blk\.([+-]?\d+)", name)
+    return (int(m.group(1)) if m else -1, name.encode())
 
 
 def cmd_check_requant(args):
@@ -240,12 +254,15 @@ def cmd_check_requant(args):
     src, out = Gguf(src_path), Gguf(out_path)
     errors = []
 
-    # Metadata: every key copied byte for byte and in order, except the two
-    # that quantize sets; those must hold llama.cpp's values, as u32.
+    # Metadata: every key copied byte for byte and in order, less the split
+    # keys and the two that quantize sets; those come last (as gguf's
+    # set_val appends them) and hold llama.cpp's values, as u32.
     ftype = gguf.LlamaFileType["ALL_F32" if tname == "F32" else f"MOSTLY_{tname}"]
-    want = dict(src.kv)
-    want["general.file_type"] = (4, int(ftype).to_bytes(4, "little"))
+    reset = ("general.file_type", "general.quantization_version",
+             "split.no", "split.count", "split.tensors.count")
+    want = {k: v for k, v in src.kv.items() if k not in reset}
     want["general.quantization_version"] = (4, gguf.GGML_QUANT_VERSION.to_bytes(4, "little"))
+    want["general.file_type"] = (4, int(ftype).to_bytes(4, "little"))
     if list(out.kv) != list(want):
         errors.append(f"metadata keys differ: {list(out.kv)} vs {list(want)}")
     for k, v in want.items():
@@ -262,9 +279,9 @@ def cmd_check_requant(args):
     if ft is None or ft.contents() != int(ftype):
         errors.append(f"gguf.GGUFReader reads general.file_type {ft and ft.contents()}, expected {int(ftype)}")
 
-    names = [t[0] for t in src.tensors]
+    names = sorted((t[0] for t in src.tensors), key=llama_order)
     if names != [t[0] for t in out.tensors]:
-        errors.append("tensor names or order differ")
+        errors.append("tensor names or order differ from llama.cpp's order")
     output_name = "output.weight" if "output.weight" in names else "token_embd.weight"
     out_by_name = {t[0]: t for t in out.tensors}
     total = {}
@@ -277,8 +294,6 @@ def cmd_check_requant(args):
             continue
         if is_quantized_weight(dims, name):
             want_t = out_tname if name == output_name else tname
-        elif len(dims) == 1 and stype not in RAW_TYPES:
-            want_t = "F32"
         else:
             want_t = stype
         if otype != want_t:
@@ -318,6 +333,25 @@ def cmd_check_requant(args):
     print(f"ok: {len(names)} tensors, {len(out.kv)} metadata keys")
 
 
+def cmd_hashes(args):
+    import hashlib
+    import json
+    (path,) = args
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    file_sha = digest.hexdigest()
+    tensors = {}
+    for t in gguf.GGUFReader(path).tensors:
+        tensors[t.name] = {
+            "type": t.tensor_type.name,
+            "shape": [int(d) for d in t.shape],
+            "sha256": hashlib.sha256(t.data.tobytes()).hexdigest(),
+        }
+    print(json.dumps({"file_sha256": file_sha, "tensors": tensors}))
+
+
 def cmd_ftypes(args):
     """Prints `TYPE llama_ftype` per type name: the file type llama.cpp
     declares for a model of (mostly) that type, or `none`."""
@@ -333,7 +367,7 @@ def main():
         sys.exit(__doc__)
     cmd, args = sys.argv[1], sys.argv[2:]
     {"ops": cmd_ops, "stream": cmd_stream, "check-requant": cmd_check_requant,
-     "ftypes": cmd_ftypes}.get(
+     "hashes": cmd_hashes, "ftypes": cmd_ftypes}.get(
         cmd, lambda _: sys.exit(f"unknown command {cmd!r}\n{__doc__}"))(args)
 
 

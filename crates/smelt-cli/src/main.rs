@@ -25,7 +25,7 @@ enum Command {
     Info(cmd::info::Args),
     /// Turn text into token ids, or ids back into text
     Tokenize(cmd::tokenize::Args),
-    /// Requantize a model's 2-D weights to another type
+    /// Quantize a model to another file type (Q4_K_M, Q8_0, ...) as llama-quantize does
     Quantize(cmd::quantize::Args),
     /// Generate text from a prompt
     Run(cmd::run::Args),

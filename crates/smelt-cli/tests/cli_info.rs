@@ -78,6 +78,8 @@ fn smollm2() {
     let r = report(&common::model(common::SMOLLM2));
     assert_eq!(r.fields["architecture"], "llama");
     assert_eq!(r.fields["blocks"], "30");
+    // llama.cpp's name for general.file_type 3, as llama-bench prints it.
+    assert_eq!(r.fields["file type"], "Q4_1");
     assert_eq!(r.fields["version"], "GGUF v3");
     assert_eq!(format!("{:.1}", params_m(&r)), "134.5");
     expect_tensors(&r, &[("Q4_1", 210), ("F32", 61), ("Q8_0", 1)]);
@@ -104,6 +106,8 @@ fn gemma3() {
     let r = report(&common::model(common::GEMMA3));
     assert_eq!(r.fields["architecture"], "gemma3");
     assert_eq!(r.fields["blocks"], "18");
+    // Mostly Q5_0 by count, but general.file_type says what llama.cpp calls it.
+    assert_eq!(r.fields["file type"], "Q4_K - Medium");
     assert_eq!(format!("{:.1}", params_m(&r)), "268.1");
     expect_tensors(
         &r,

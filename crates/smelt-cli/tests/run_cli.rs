@@ -133,6 +133,8 @@ fn bench_prints_llama_bench_json_and_markdown() {
         assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["stddev_ts"].as_f64().unwrap() >= 0.0, "{r}");
         assert_eq!(r["samples_ts"].as_array().unwrap().len(), 2, "{r}");
+        // llama-bench's model column: architecture, size, file type.
+        assert_eq!(r["model_type"], "llama 135M Q4_1", "{r}");
     }
 
     let out = smelt(&["bench", "-m", &model, "-p", "8", "-n", "2", "-r", "1"]);

@@ -9,6 +9,7 @@ pub mod generate;
 pub mod gguf;
 pub mod model;
 pub mod quant;
+pub mod quantize;
 pub mod sample;
 pub mod server;
 pub mod tokenizer;

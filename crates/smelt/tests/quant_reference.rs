@@ -371,7 +371,8 @@ fn quantize_dequantize_error_is_bounded() {
 }
 
 /// llama.cpp's `test-quantize-fns`: on `0.1 + 2 cos(i)` (4096 values), the
-/// round-trip error `sqrt(Σ(x - y)²) / n` stays under 0.002 and the dot
+/// round-trip error `sqrt(Σ(x - y)²) / n` stays under 0.002 (0.0075 for
+/// Q2_K, 0.004 for Q3_K) and the dot
 /// product error `|w·x - ref| / n` under 0.02 (ggml's thresholds; our dot
 /// takes f32 activations, so it meets the bound ggml sets for its 8-bit
 /// activation dot products with room to spare).
@@ -385,7 +386,14 @@ fn llama_cpp_test_quantize_fns_thresholds() {
     };
     let (x1, x2) = (data(0.0), data(1.0));
     let reference: f64 = x1.iter().zip(&x2).map(|(&a, &b)| f64::from(a * b)).sum();
-    for t in QUANT_TYPES {
+    let k_quants = [T::Q2_K, T::Q3_K, T::Q4_K, T::Q5_K, T::Q6_K];
+    for t in QUANT_TYPES.into_iter().chain(k_quants) {
+        // ggml's MAX_QUANTIZATION_TOTAL_ERROR, _2BITS and _3BITS.
+        let max_error = match t {
+            T::Q2_K => 0.0075,
+            T::Q3_K => 0.0040,
+            _ => 0.002,
+        };
         let mut q = vec![0u8; t.row_bytes(n).unwrap()];
         let mut y = vec![0f32; n];
         quant::quantize_row(t, &x1, &mut q).unwrap();
@@ -397,7 +405,7 @@ fn llama_cpp_test_quantize_fns_thresholds() {
             .sum();
         let total_error = sq.sqrt() as f32 / n as f32;
         assert!(
-            total_error < 0.002,
+            total_error < max_error,
             "{t}: total quantization error {total_error}"
         );
         let dot = quant::dot_f32(t, &q, &x2).unwrap();

@@ -209,7 +209,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .get("general.size_label")
         .and_then(|v| v.as_str())
         .map_or_else(|| params_label(model.n_params), str::to_string);
-    let ftype = file_type(&m.file);
+    let ftype = smelt::quantize::describe_file(&m.file);
     let model_name = format!("{arch} {size_label} {ftype}");
     let size = format_size(model.n_bytes);
     let params = format_params(model.n_params);
@@ -268,18 +268,6 @@ impl XorShift {
         self.0 ^= self.0 << 17;
         self.0
     }
-}
-
-/// The type most of the weights are in: llama.cpp's file type name.
-fn file_type(file: &smelt::gguf::GgufFile) -> String {
-    let mut bytes: std::collections::BTreeMap<_, u64> = Default::default();
-    for t in &file.tensors {
-        *bytes.entry(t.dtype).or_default() += t.size;
-    }
-    bytes
-        .into_iter()
-        .max_by_key(|&(_, b)| b)
-        .map_or_else(|| "?".into(), |(t, _)| t.name().to_string())
 }
 
 fn format_size(bytes: u64) -> String {

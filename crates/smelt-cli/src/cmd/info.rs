@@ -37,6 +37,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("blocks:       {n}");
     }
     println!("parameters:   {}", format_params(n_params));
+    println!("file type:    {}", smelt::quantize::describe_file(&file));
     println!(
         "data:         at offset {}, aligned to {} bytes",
         file.data_offset, file.alignment

@@ -1,61 +1,52 @@
-//! `smelt quantize IN OUT TYPE`: requantizes every 2-D weight of a model to
-//! one type, like llama-quantize with `--pure`.
+//! `smelt quantize IN OUT TYPE`: a model to another file type, tensor for
+//! tensor the file llama-quantize writes (`smelt::quantize`), with its
+//! flags.
 //!
-//! - Weights (tensors of two or more dimensions named `*.weight`, less the
-//!   small ones llama-quantize leaves alone) become TYPE; the output tensor
-//!   (`output.weight`, or `token_embd.weight` when the output is tied to
-//!   the embeddings) becomes `--output-type`, or by default what
-//!   llama-quantize makes it (see [`default_output_type`]).
-//! - 1-D tensors (norms, biases) become F32; anything else is copied.
-//! - A tensor already of its target type is copied byte for byte.
-//! - Metadata is copied in order, with `general.file_type` set to
-//!   llama.cpp's `llama_ftype` for TYPE and `general.quantization_version`
-//!   to ggml's `GGML_QNT_VERSION`.
-//!
-//! Rows are converted through f32 by `smelt::quant`, whose quantizers round
-//! as ggml's reference ones do, split over threads. OUT is written next to
-//! its final path and renamed into place.
+//! OUT is written beside its final path and renamed into place when whole;
+//! it may not be IN under any name. A progress bar shows on a terminal.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, anyhow, bail};
-use smelt::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
-use smelt::quant::{self, GgmlType};
-
-/// ggml's `GGML_QNT_VERSION`, which llama-quantize writes.
-const GGML_QNT_VERSION: u32 = 2;
-
-/// Weights llama-quantize never quantizes, by name fragment (from
-/// `llama_model_quantize_impl`): MoE routers, positional and token-type
-/// embeddings, and the tiny 2-D weights of Gemma 3n, Mamba, RWKV and T5.
-const KEEP: [&str; 10] = [
-    "_norm.weight",
-    "ffn_gate_inp.weight",
-    "altup",
-    "laurel",
-    "per_layer_model_proj",
-    "position_embd.weight",
-    "token_types.weight",
-    "ssm_conv1d.weight",
-    "time_mix_first.weight",
-    "attn_rel_b.weight",
-];
+use anyhow::Context;
+use smelt::gguf::GgufFile;
+use smelt::quant::{FileType, GgmlType};
+use smelt::quantize::{self, MixOptions, Plan, Progress, QuantizeOptions, TensorPlan};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// The GGUF file to read
     input: PathBuf,
-    /// The GGUF file to write (replaced atomically)
+    /// The GGUF file to write: made beside its path and renamed into place
+    /// when complete; never the input
     output: PathBuf,
-    /// Type of the 2-D weights: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, F16, BF16 or F32
-    #[arg(value_parser = parse_weight_type)]
-    r#type: GgmlType,
-    /// Type of the output tensor (`output.weight`, or `token_embd.weight`
-    /// when tied), like llama-quantize's --output-tensor-type
-    #[arg(long, value_parser = parse_weight_type)]
-    output_type: Option<GgmlType>,
+    /// File type to make: Q4_K_M, Q8_0, ... (llama-quantize's names;
+    /// Q3_K, Q4_K, Q5_K mean the _M mixes)
+    #[arg(value_parser = parse_file_type)]
+    r#type: FileType,
+    /// Type of output.weight (or of the embeddings where the output is tied
+    /// to them), as llama-quantize's --output-tensor-type
+    #[arg(long, alias = "output-type", value_parser = parse_tensor_type)]
+    output_tensor_type: Option<GgmlType>,
+    /// Type of token_embd.weight, as llama-quantize's --token-embedding-type
+    #[arg(long, value_parser = parse_tensor_type)]
+    token_embedding_type: Option<GgmlType>,
+    /// Convert tensors that are already quantized (their rounding error adds
+    /// to the new type's)
+    #[arg(long)]
+    allow_requantize: bool,
+    /// Leave output.weight as it is
+    #[arg(long)]
+    leave_output_tensor: bool,
+    /// Give every quantized tensor the file type's own type: no mix, no
+    /// Q6_K output
+    #[arg(long)]
+    pure: bool,
+    /// Print what each tensor would become, and the sizes, without writing
+    #[arg(long)]
+    dry_run: bool,
     /// Worker threads [default: all cores]
     #[arg(short, long)]
     threads: Option<usize>,
@@ -64,210 +55,172 @@ pub struct Args {
     verbose: bool,
 }
 
-/// A type name that smelt can quantize to and llama.cpp can load as weights.
-fn parse_weight_type(s: &str) -> Result<GgmlType, String> {
-    let t = GgmlType::from_name(s).ok_or_else(|| format!("unknown type {s:?}"))?;
-    if !quant::can_quantize(t) {
-        return Err(format!("smelt cannot quantize to {t} yet"));
-    }
-    if t.llama_ftype().is_none() {
-        return Err(format!("{t} is an activation type, not a weight type"));
+/// A file type smelt can write, or an error listing them.
+fn parse_file_type(s: &str) -> Result<FileType, String> {
+    let names = || {
+        quantize::writable_file_types()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let t = FileType::from_name(s)
+        .ok_or_else(|| format!("unknown file type {s:?}; smelt writes {}", names()))?;
+    if !quantize::writable_file_types().any(|w| w == t) {
+        return Err(format!(
+            "smelt cannot write {t} files; it writes {}",
+            names()
+        ));
     }
     Ok(t)
 }
 
-/// The output tensor's type when none is asked for, as llama-quantize
-/// chooses it (`llama_tensor_get_type`): Q6_K for the 4- and 5-bit types, or
-/// Q8_0 when the rows are not whole 256-value super-blocks (SmolLM2's 576)
-/// or smelt cannot write Q6_K; the weights' own type otherwise (Q8_0 and
-/// the float types).
-fn default_output_type(weights: GgmlType, row_len: usize) -> GgmlType {
-    use GgmlType::*;
-    match weights {
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 => {
-            if quant::can_quantize(Q6_K) && row_len.is_multiple_of(Q6_K.block_size()) {
-                Q6_K
-            } else {
-                Q8_0
-            }
-        }
-        t => t,
+/// A tensor type smelt can quantize to, for the per-tensor overrides.
+fn parse_tensor_type(s: &str) -> Result<GgmlType, String> {
+    let t = GgmlType::from_name(s).ok_or_else(|| format!("unknown tensor type {s:?}"))?;
+    if !smelt::quant::can_quantize(t) || t.llama_ftype().is_none() {
+        return Err(format!(
+            "smelt cannot quantize weights to {t}; it can to Q2_K..Q6_K, Q4_0, Q4_1, Q5_0, \
+             Q5_1, Q8_0, F16, BF16 and F32"
+        ));
     }
-}
-
-/// What happens to one tensor.
-#[derive(Clone, Copy, PartialEq)]
-enum Plan {
-    Copy,
-    Convert(GgmlType),
+    Ok(t)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
     let file = GgufFile::open(&args.input)
         .with_context(|| format!("cannot open {}", args.input.display()))?;
+    if !args.dry_run {
+        // Before the plan's notes and the work: a clear refusal first.
+        quantize::check_output(&args.output, &args.input)?;
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
-    // With no `output.weight`, the embeddings are also the output matrix.
-    let output_name = if file.tensor_info("output.weight").is_some() {
-        "output.weight"
-    } else {
-        "token_embd.weight"
+    let options = QuantizeOptions {
+        ftype: args.r#type,
+        mix: MixOptions {
+            output_tensor_type: args.output_tensor_type,
+            token_embedding_type: args.token_embedding_type,
+            pure: args.pure,
+            leave_output_tensor: args.leave_output_tensor,
+        },
+        allow_requantize: args.allow_requantize,
     };
-
-    let output_type = match (args.output_type, file.tensor_info(output_name)) {
-        (Some(t), _) => t,
-        (None, Some(info)) => default_output_type(args.r#type, info.row_len() as usize),
-        (None, None) => args.r#type,
-    };
-    let mut plans = Vec::with_capacity(file.tensors.len());
-    for info in &file.tensors {
-        let target = if info.name == output_name {
-            output_type
-        } else {
+    let plan = quantize::plan(&file, &options).with_context(|| {
+        format!(
+            "cannot quantize {} to {}",
+            args.input.display(),
             args.r#type
-        };
-        plans.push(plan(info, target)?);
-    }
-    // llama-quantize refuses this without --allow-requantize; say it at least.
-    let requantized: BTreeSet<GgmlType> = file
-        .tensors
-        .iter()
-        .zip(&plans)
-        .filter(|(t, p)| t.dtype.is_quantized() && matches!(p, Plan::Convert(_)))
-        .map(|(t, _)| t.dtype)
-        .collect();
-    if !requantized.is_empty() {
-        let names: Vec<&str> = requantized.iter().map(|t| t.name()).collect();
-        eprintln!(
-            "warning: requantizing weights that are already quantized ({}): \
-             their rounding error adds to the new type's",
-            names.join(", ")
-        );
-    }
-
-    let mut writer = GgufWriter::new();
-    for (key, value) in file.metadata.iter() {
-        writer.set(key, value.clone());
-    }
-    let ftype = args.r#type.llama_ftype().expect("checked by the parser");
-    writer.set("general.file_type", Value::U32(ftype));
-    writer.set("general.quantization_version", Value::U32(GGML_QNT_VERSION));
-
-    let (mut bytes_in, mut bytes_out) = (0u64, 0u64);
-    for (i, (info, &plan)) in file.tensors.iter().zip(&plans).enumerate() {
-        let data = file.tensor_data(info);
-        let (dtype, out) = match plan {
-            Plan::Copy => (info.dtype, data.to_vec()),
-            Plan::Convert(to) => (to, convert(info, data, to, threads)?),
-        };
-        if args.verbose {
+        )
+    })?;
+    if args.verbose || args.dry_run {
+        for (i, t) in plan.tensors.iter().enumerate() {
             eprintln!(
-                "[{:>4}/{}] {:<36} {:>8} -> {:<8} {:?}",
+                "[{:>4}/{}] {:<40} {:>6} -> {:<6} {:?}",
                 i + 1,
-                file.tensors.len(),
-                info.name,
-                info.dtype.name(),
-                dtype.name(),
-                info.dims
+                plan.tensors.len(),
+                t.name,
+                t.from.name(),
+                t.to.name(),
+                t.dims
             );
         }
-        bytes_in += data.len() as u64;
-        bytes_out += out.len() as u64;
-        writer
-            .add_tensor(info.name.clone(), dtype, &info.dims, out)
-            .with_context(|| format!("tensor {:?}", info.name))?;
     }
-    writer
-        .write_file(&args.output)
+    report_fallbacks(&plan, args.verbose);
+    let (bytes_in, bytes_out) = plan
+        .tensors
+        .iter()
+        .fold((0, 0), |(i, o), t| (i + t.bytes_in, o + t.bytes_out));
+    if args.dry_run {
+        eprintln!(
+            "{} tensors: {} -> {} (not written)",
+            plan.tensors.len(),
+            mib(bytes_in),
+            mib(bytes_out)
+        );
+        return Ok(());
+    }
+    let bar = ProgressBar::new(&plan, bytes_in);
+    let written = quantize::quantize_file(&file, &args.input, &plan, &args.output, threads, &bar)
         .with_context(|| format!("cannot write {}", args.output.display()))?;
-
-    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    bar.finish();
     eprintln!(
-        "quantized {} tensors to {} (output tensor {output_type}) with {threads} threads: \
-         {:.2} MiB -> {:.2} MiB in {:.2} s: {}",
-        file.tensors.len(),
-        args.r#type,
+        "quantized {} tensors to {} ({}) with {threads} threads: {} -> {} in {:.2} s: {}",
+        plan.tensors.len(),
+        plan.ftype,
+        plan.ftype.description(),
         mib(bytes_in),
-        mib(bytes_out),
+        mib(written),
         start.elapsed().as_secs_f64(),
         args.output.display()
     );
     Ok(())
 }
 
-/// Decides a tensor's fate; errors name the tensor.
-fn plan(info: &TensorInfo, target: GgmlType) -> anyhow::Result<Plan> {
-    let is_weight = info.dims.len() >= 2
-        && info.name.ends_with(".weight")
-        && !KEEP.iter().any(|k| info.name.contains(k));
-    let to = if is_weight {
-        target
-    } else if info.dims.len() == 1 && quant::can_dequantize(info.dtype) {
-        GgmlType::F32
-    } else {
-        return Ok(Plan::Copy);
-    };
-    if to == info.dtype {
-        return Ok(Plan::Copy);
+/// One line for the tensors whose rows are not whole blocks of their type,
+/// which fall back as in llama-quantize; each named with `--verbose`.
+fn report_fallbacks(plan: &Plan, verbose: bool) {
+    let mut kinds: BTreeMap<(GgmlType, GgmlType), usize> = BTreeMap::new();
+    for (name, chosen, used) in &plan.fallbacks {
+        *kinds.entry((*chosen, *used)).or_default() += 1;
+        if verbose {
+            eprintln!("{name}: rows are not whole {chosen} blocks, so it is {used}");
+        }
     }
-    if !quant::can_dequantize(info.dtype) {
-        bail!(
-            "tensor {:?} is {}, which smelt cannot dequantize, so it cannot become {to}",
-            info.name,
-            info.dtype
+    if !kinds.is_empty() {
+        let kinds: Vec<String> = kinds
+            .iter()
+            .map(|((chosen, used), n)| format!("{n} {chosen} -> {used}"))
+            .collect();
+        eprintln!(
+            "note: rows not whole blocks of their type, so a smaller block: {}",
+            kinds.join(", ")
         );
     }
-    let row_len = info.row_len() as usize;
-    if !row_len.is_multiple_of(to.block_size()) {
-        bail!(
-            "tensor {:?} has rows of {row_len} values, not a multiple of the {to} block size {}; \
-             choose a type with a smaller block (Q8_0, Q4_0, F16, ...)",
-            info.name,
-            to.block_size()
-        );
-    }
-    Ok(Plan::Convert(to))
 }
 
-/// Converts a tensor's rows to `to`, spread over `threads` workers that each
-/// take a contiguous run of rows.
-fn convert(
-    info: &TensorInfo,
-    data: &[u8],
-    to: GgmlType,
-    threads: usize,
-) -> anyhow::Result<Vec<u8>> {
-    let row_len = info.row_len() as usize;
-    let rows = info.n_rows() as usize;
-    let bad = || format!("tensor {:?}", info.name);
-    let src_row = info.dtype.row_bytes(row_len).with_context(bad)?;
-    let dst_row = to.row_bytes(row_len).with_context(bad)?;
-    // (rows, dst_row) the converted tensor.
-    let mut out = vec![0u8; rows * dst_row];
-    if out.is_empty() {
-        return Ok(out);
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// The terminal's progress bar, by bytes of the input; nothing elsewhere.
+struct ProgressBar(Option<indicatif::ProgressBar>);
+
+impl ProgressBar {
+    fn new(plan: &Plan, total: u64) -> Self {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(total);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{prefix} {bar:30} {binary_bytes}/{binary_total_bytes} {eta} {msg}",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_prefix(format!("quantizing to {}", plan.ftype));
+            bar
+        });
+        Self(bar)
     }
-    // At least 16 rows per worker: spawning costs more than tiny tensors.
-    let per = rows.div_ceil(threads).max(16);
-    std::thread::scope(|s| {
-        let workers: Vec<_> = data
-            .chunks(per * src_row)
-            .zip(out.chunks_mut(per * dst_row))
-            .map(|(src, dst)| {
-                s.spawn(move || {
-                    let mut scratch = Vec::new();
-                    quant::convert_rows(info.dtype, src, to, dst, row_len, &mut scratch)
-                })
-            })
-            .collect();
-        workers.into_iter().try_for_each(|w| match w.join() {
-            Ok(result) => result.map_err(anyhow::Error::from),
-            Err(_) => Err(anyhow!("a conversion worker panicked")),
-        })
-    })
-    .with_context(bad)?;
-    Ok(out)
+
+    fn finish(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for ProgressBar {
+    fn tensor(&self, plan: &TensorPlan) {
+        if let Some(bar) = &self.0 {
+            bar.set_message(format!("{} -> {}", plan.name, plan.to));
+        }
+    }
+
+    fn bytes(&self, bytes: u64) {
+        if let Some(bar) = &self.0 {
+            bar.inc(bytes);
+        }
+    }
 }

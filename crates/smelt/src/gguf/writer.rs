@@ -14,7 +14,10 @@ struct PendingTensor {
     name: String,
     dims: Vec<u64>,
     dtype: GgmlType,
-    data: TensorBytes,
+    /// The bytes, or `None` for a declared tensor that the caller streams
+    /// after [`GgufWriter::header_bytes`].
+    data: Option<TensorBytes>,
+    size: u64,
 }
 
 /// Collects metadata and tensors, then writes them as one GGUF v3 file laid
@@ -83,8 +86,41 @@ impl GgufWriter {
         data: TensorBytes,
     ) -> Result<&mut Self, GgufError> {
         let name = name.into();
+        let size = self.check_tensor(&name, dtype, dims)?;
+        if data.len() as u64 != size {
+            return Err(GgufError::InvalidTensor {
+                name,
+                reason: format!(
+                    "{} bytes given, {size} expected for {dtype} {dims:?}",
+                    data.len()
+                ),
+            });
+        }
+        self.push(name, dtype, dims, Some(data), size);
+        Ok(self)
+    }
+
+    /// Declares a tensor whose bytes the caller writes itself, after
+    /// [`header_bytes`](Self::header_bytes): each declared tensor's bytes
+    /// in order, each followed by zeros up to [`padded`](Self::padded).
+    /// A file too large to hold in memory is written this way. Returns the
+    /// tensor's size in bytes.
+    pub fn declare_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dtype: GgmlType,
+        dims: &[u64],
+    ) -> Result<u64, GgufError> {
+        let name = name.into();
+        let size = self.check_tensor(&name, dtype, dims)?;
+        self.push(name, dtype, dims, None, size);
+        Ok(size)
+    }
+
+    /// The size in bytes of a new tensor, or why it cannot be added.
+    fn check_tensor(&self, name: &str, dtype: GgmlType, dims: &[u64]) -> Result<u64, GgufError> {
         let bad = |reason: String| GgufError::InvalidTensor {
-            name: name.clone(),
+            name: name.to_string(),
             reason,
         };
         if dims.is_empty() || dims.len() > MAX_DIMS {
@@ -93,7 +129,7 @@ impl GgufWriter {
                 dims.len()
             )));
         }
-        let expected = dims
+        let size = dims
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .filter(|&n| n <= i64::MAX as u64)
@@ -105,33 +141,43 @@ impl GgufWriter {
                     .flatten()
             })
             .ok_or_else(|| bad(format!("dims {dims:?} are not whole {dtype} blocks")))?;
-        if data.len() != expected {
-            return Err(bad(format!(
-                "{} bytes given, {expected} expected for {dtype} {dims:?}",
-                data.len()
-            )));
-        }
         if self.tensors.iter().any(|t| t.name == name) {
             return Err(bad("a tensor of that name was already added".into()));
         }
+        Ok(size as u64)
+    }
+
+    fn push(
+        &mut self,
+        name: String,
+        dtype: GgmlType,
+        dims: &[u64],
+        data: Option<TensorBytes>,
+        size: u64,
+    ) {
         self.tensors.push(PendingTensor {
             name,
             dims: dims.to_vec(),
             dtype,
             data,
+            size,
         });
-        Ok(self)
     }
 
     /// The whole file as bytes.
+    ///
+    /// # Panics
+    /// If a tensor was declared without bytes ([`declare_tensor`](Self::declare_tensor)).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.write_to(&mut out)
-            .expect("writing to a Vec cannot fail");
+            .expect("every tensor has bytes, and writing to a Vec cannot fail");
         out
     }
 
-    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+    /// The file up to its first tensor's bytes: magic, counts, metadata,
+    /// the tensor table, and padding to the alignment.
+    pub fn header_bytes(&self) -> Vec<u8> {
         let mut head = Vec::new();
         head.extend_from_slice(&MAGIC);
         head.extend_from_slice(&3u32.to_le_bytes());
@@ -151,24 +197,35 @@ impl GgufWriter {
             }
             head.extend_from_slice(&t.dtype.id().to_le_bytes());
             head.extend_from_slice(&offset.to_le_bytes());
-            offset = self.padded(offset + t.data.len() as u64);
+            offset = self.padded(offset + t.size);
         }
         let data_start = self.padded(head.len() as u64);
         head.resize(data_start as usize, 0);
-        w.write_all(&head)?;
+        head
+    }
 
+    /// Writes the whole file; every tensor must have been given its bytes.
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        w.write_all(&self.header_bytes())?;
         let zeros = vec![0u8; self.alignment as usize];
         for t in &self.tensors {
-            w.write_all(&t.data)?;
-            let len = t.data.len() as u64;
+            let data = t.data.as_deref().ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("tensor {:?} was declared but given no bytes", t.name),
+                )
+            })?;
+            w.write_all(data)?;
+            let len = data.len() as u64;
             w.write_all(&zeros[..(self.padded(len) - len) as usize])?;
         }
         w.flush()
     }
 
-    /// `x` rounded up to the alignment. Sizes here are of data in memory, so
-    /// they cannot come near `u64::MAX`.
-    fn padded(&self, x: u64) -> u64 {
+    /// `x` rounded up to the alignment: where a tensor of `x` bytes ends
+    /// with its padding. Sizes here are of data in memory or of checked
+    /// tensors, so they cannot come near `u64::MAX`.
+    pub fn padded(&self, x: u64) -> u64 {
         align_up(x, self.alignment).expect("in-memory sizes are far below u64::MAX")
     }
 

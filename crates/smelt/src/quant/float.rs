@@ -4,29 +4,35 @@
 //! Conversions follow ggml: f16 rounds to nearest even (`GGML_FP32_TO_FP16`),
 //! bf16 rounds to nearest even and quiets NaNs (`ggml_compute_fp32_to_bf16`).
 
+use half::slice::HalfFloatSliceExt;
+
 use super::GgmlType;
 
 /// A float type's element width and conversions.
 #[derive(Clone, Copy)]
 pub struct FloatType {
+    pub dtype: GgmlType,
     pub width: usize,
     decode: fn(&[u8]) -> f32,
     encode: fn(f32, &mut [u8]),
 }
 
 pub const F32: FloatType = FloatType {
+    dtype: GgmlType::F32,
     width: 4,
     decode: |b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]),
     encode: |x, out| out.copy_from_slice(&x.to_le_bytes()),
 };
 
 pub const F16: FloatType = FloatType {
+    dtype: GgmlType::F16,
     width: 2,
     decode: |b| half::f16::from_le_bytes([b[0], b[1]]).to_f32(),
     encode: |x, out| out.copy_from_slice(&half::f16::from_f32(x).to_le_bytes()),
 };
 
 pub const BF16: FloatType = FloatType {
+    dtype: GgmlType::BF16,
     width: 2,
     decode: |b| bf16_to_f32(u16::from_le_bytes([b[0], b[1]])),
     encode: |x, out| out.copy_from_slice(&f32_to_bf16(x).to_le_bytes()),
@@ -45,6 +51,15 @@ pub fn float_type(dtype: GgmlType) -> Option<FloatType> {
 impl FloatType {
     /// `dst.len()` values from `src`; the caller has checked the lengths.
     pub fn dequantize_row(self, src: &[u8], dst: &mut [f32]) {
+        // An aligned F16 row (any row of a tensor in a GGUF file) converts
+        // as a slice, with the CPU's conversion instructions where it has
+        // them: exact either way.
+        if self.dtype == GgmlType::F16
+            && let Ok(h) = bytemuck::try_cast_slice::<u8, half::f16>(src)
+        {
+            h.convert_to_f32_slice(&mut dst[..h.len()]);
+            return;
+        }
         for (y, b) in dst.iter_mut().zip(src.chunks_exact(self.width)) {
             *y = (self.decode)(b);
         }

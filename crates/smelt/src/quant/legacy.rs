@@ -112,6 +112,21 @@ fn recip_or_zero(d: f32) -> f32 {
     if d != 0.0 { 1.0 / d } else { 0.0 }
 }
 
+/// C's conversion of a float to an integer type as x86-64 compiles it
+/// (`cvttss2si`, then the low bits for a narrower type): truncation toward
+/// zero, and `i32::MIN` for NaN and out-of-range values, where Rust's `as`
+/// would saturate. Narrow the result with `as i8`/`as u8`, which wrap as C
+/// does. Only a block of subnormal values, whose reciprocal scale is
+/// infinite, takes the out-of-range path; llama-quantize's bytes show it.
+fn c_trunc(x: f32) -> i32 {
+    const LIMIT: f32 = 2_147_483_648.0;
+    if x.is_nan() || !(-LIMIT..LIMIT).contains(&x) {
+        i32::MIN
+    } else {
+        x as i32
+    }
+}
+
 /// Splits nibble-packed `qs` back into 32 values.
 fn unpack_nibbles(qs: &[u8; QK / 2]) -> impl Iterator<Item = (usize, u8, u8)> + '_ {
     qs.iter().enumerate().map(|(j, &b)| (j, b & 0x0F, b >> 4))
@@ -140,10 +155,9 @@ impl Quantize for BlockQ4_0 {
         let id = recip_or_zero(d);
         let mut qs = [0u8; QK / 2];
         for (j, q) in qs.iter_mut().enumerate() {
-            // `(int8_t)(v + 8.5f)` truncates toward zero; Rust's `as` does
-            // too (and saturates instead of being undefined out of range).
-            let lo = ((x[j] * id + 8.5) as i8).min(15) as u8;
-            let hi = ((x[j + QK / 2] * id + 8.5) as i8).min(15) as u8;
+            // `MIN(15, (int8_t)(v + 8.5f))`.
+            let lo = (c_trunc(x[j] * id + 8.5) as i8).min(15) as u8;
+            let hi = (c_trunc(x[j + QK / 2] * id + 8.5) as i8).min(15) as u8;
             *q = lo | (hi << 4);
         }
         Self {
@@ -175,8 +189,8 @@ impl Quantize for BlockQ4_1 {
         let id = recip_or_zero(d);
         let mut qs = [0u8; QK / 2];
         for (j, q) in qs.iter_mut().enumerate() {
-            let lo = (((x[j] - min) * id + 0.5) as i8).min(15) as u8;
-            let hi = (((x[j + QK / 2] - min) * id + 0.5) as i8).min(15) as u8;
+            let lo = (c_trunc((x[j] - min) * id + 0.5) as i8).min(15) as u8;
+            let hi = (c_trunc((x[j + QK / 2] - min) * id + 0.5) as i8).min(15) as u8;
             *q = lo | (hi << 4);
         }
         Self {
@@ -232,7 +246,7 @@ impl Quantize for BlockQ5_0 {
         let id = recip_or_zero(d);
         let mut q = [0u8; QK];
         for (q, &v) in q.iter_mut().zip(x) {
-            *q = ((v * id + 16.5) as i8).min(31) as u8;
+            *q = (c_trunc(v * id + 16.5) as i8).min(31) as u8;
         }
         let (qs, qh) = pack_q5(&q);
         Self {
@@ -265,10 +279,9 @@ impl Quantize for BlockQ5_1 {
         let id = recip_or_zero(d);
         let mut q = [0u8; QK];
         for (q, &v) in q.iter_mut().zip(x) {
-            // ggml casts to uint8_t without a clamp; (max - min) * id + 0.5
-            // stays below 32, and the clamp only guards against that not
-            // holding for non-finite input.
-            *q = (((v - min) * id + 0.5) as u8).min(31);
+            // ggml casts to uint8_t without a clamp: (max - min) * id + 0.5
+            // stays below 32 for finite values.
+            *q = c_trunc((v - min) * id + 0.5) as u8;
         }
         let (qs, qh) = pack_q5(&q);
         Self {
@@ -290,7 +303,7 @@ fn quantize_q8(x: &[f32]) -> (f32, [i8; QK]) {
     let id = recip_or_zero(d);
     let mut qs = [0i8; QK];
     for (q, &v) in qs.iter_mut().zip(x) {
-        *q = (v * id).round() as i8;
+        *q = c_trunc((v * id).round()) as i8;
     }
     (d, qs)
 }

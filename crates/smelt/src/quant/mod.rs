@@ -6,9 +6,10 @@
 //!
 //! - `float.rs`: F32, F16, BF16.
 //! - `legacy.rs`: the 32-value blocks Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1.
-//! - `kquants.rs`: the 256-value super-blocks Q2_K..Q6_K and Q8_K.
+//! - `kquants/`: the 256-value super-blocks Q2_K..Q6_K and Q8_K, a file each.
 //! - `codebook.rs`: IQ4_NL, IQ4_XS and MXFP4, whose quants index a table.
 //! - `ternary.rs`: TQ1_0 and TQ2_0.
+//! - `ftype.rs`: llama.cpp's file types (`Q4_K_M`), which name a mix of these.
 //! - `blocks.rs`: the [`Block`] trait and the row loops they share.
 //!
 //! The code here is the plain reference: obviously correct, checked against
@@ -17,6 +18,7 @@
 mod blocks;
 mod codebook;
 mod float;
+mod ftype;
 mod kquants;
 mod legacy;
 mod ternary;
@@ -27,6 +29,7 @@ pub use codebook::{
     BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half,
 };
 pub use float::{bf16_to_f32, f32_to_bf16};
+pub use ftype::{FileType, UNKNOWN_FILE_TYPE, describe_file_type};
 pub use kquants::{
     BlockQ2_K, BlockQ3_K, BlockQ4_K, BlockQ5_K, BlockQ6_K, BlockQ8_K, scale_min_k4, scale_q3_k,
 };
@@ -104,7 +107,9 @@ macro_rules! with_quantizer {
     ($dtype:expr, $B:ident => $e:expr) => {
         dispatch!($dtype, $B => $e, [
             Q4_0 => BlockQ4_0, Q4_1 => BlockQ4_1, Q5_0 => BlockQ5_0, Q5_1 => BlockQ5_1,
-            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1, Q8_K => BlockQ8_K,
+            Q8_0 => BlockQ8_0, Q8_1 => BlockQ8_1,
+            Q2_K => BlockQ2_K, Q3_K => BlockQ3_K, Q4_K => BlockQ4_K, Q5_K => BlockQ5_K,
+            Q6_K => BlockQ6_K, Q8_K => BlockQ8_K,
         ])
     };
 }
@@ -219,7 +224,7 @@ mod tests {
             Err(QuantError::Unsupported { .. })
         ));
         assert!(matches!(
-            quantize_row(GgmlType::Q4_K, &[0.0; 256], &mut [0; 144]),
+            quantize_row(GgmlType::IQ4_XS, &[0.0; 256], &mut [0; 136]),
             Err(QuantError::Unsupported { .. })
         ));
         assert!(dot_f32(GgmlType::Q8_0, &[0; 34], &[0.0; 33]).is_err());
