@@ -10,7 +10,7 @@
 #   .whl/*.whl                    the gguf wheel (and numpy's, if the machine lacks it)
 # The tokenizer donor (Llama-3 vocabulary) is read from testdata/ or .device/.
 #
-# Environment: CASES ("shape:type ..."), MODES ("ggml f32"), REPS (5),
+# Environment: CASES ("shape:type ..."), MODES ("fast exact"), REPS (5),
 # PP (512) and TG (128) tokens, CASE_TIMEOUT (100 s per case and mode),
 # MODELS (/tmp/smelt-bench-models), BW (bytes/s of a device-to-device
 # copy, read + written; default 4.3e12 on H200, 3.0e12 on H100 as an
@@ -26,9 +26,9 @@ OUT=${OUT:-.device/out}
 MODELS=${MODELS:-/tmp/smelt-bench-models}
 CASES=${CASES:-"llama-1b:Q4_0 llama-1b:Q8_0 llama-8b:Q4_0"}
 REPS=${REPS:-5}
-# ggml: activations rounded as ggml does (bit for bit llama.cpp, the
-# default); f32: --gpu-f32-acts (the float kernels).
-MODES=${MODES:-"ggml f32"}
+# fast: the GPU's default mode (hardware arithmetic, f32 activations);
+# exact: --exact (activations rounded as ggml does, bit for bit llama.cpp).
+MODES=${MODES:-"fast exact"}
 SMELT=${SMELT:-.device/smelt}
 mkdir -p "$OUT" "$MODELS"
 log=$OUT/bench-gpu.log
@@ -100,7 +100,7 @@ for case in $CASES; do
     for mode in $MODES; do
         say "bench $model ($mode)"
         flags=()
-        [ "$mode" = f32 ] && flags=(--gpu-f32-acts)
+        [ "$mode" = exact ] && flags=(--exact)
         # Warm-up and repeats are smelt bench's (-r); a case that fails or
         # runs past CASE_TIMEOUT seconds leaves its row empty, not the table.
         timeout "${CASE_TIMEOUT:-100}" "$SMELT" bench -m "$model" --backend gpu "${flags[@]}" \

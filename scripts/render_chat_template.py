@@ -10,7 +10,8 @@ Request:
   {"template": "<jinja source>"          (or "gguf": "<path>", whose
                                           tokenizer.chat_template is used),
    "cases": [{"messages": [...], "add_generation_prompt": bool,
-              "bos_token": str, "eos_token": str}, ...]}
+              "bos_token": str, "eos_token": str,
+              "tools": [...] (optional)}, ...]}
 
 With "gguf", a case's bos_token/eos_token may be null: the model's own
 token texts are used, read with the `gguf` package.
@@ -91,11 +92,15 @@ def main():
     results = []
     for case in request["cases"]:
         try:
+            # `tools` is passed only when the case has it, so that templates
+            # see it undefined otherwise.
+            extra = {"tools": case["tools"]} if "tools" in case else {}
             text = template.render(
                 messages=case["messages"],
                 add_generation_prompt=case["add_generation_prompt"],
                 bos_token=case["bos_token"] if case.get("bos_token") is not None else bos,
                 eos_token=case["eos_token"] if case.get("eos_token") is not None else eos,
+                **extra,
             )
             results.append({"ok": text})
         except Exception as e:  # any error is a raise, as in the references

@@ -14,34 +14,45 @@ use smelt::backend::Stats;
 use smelt::backend::gpu::GpuOptions;
 use smelt::backend::select::{self, BackendKind};
 use smelt::chat::ChatTemplate;
-use smelt::gguf::GgufFile;
+use smelt::gguf::{GgufError, GgufFile};
+use smelt::grammar::Grammars;
 use smelt::model::{Model, Session, SessionParams};
 use smelt::server::{Engine, Vocab};
 use smelt::tokenizer::Tokenizer;
 
-use crate::serve::Encode;
+use crate::serve::{Encode, TokenBytes};
 
 /// Model and backend flags shared by the commands that run a model.
 #[derive(clap::Args)]
 pub struct EngineArgs {
-    /// The GGUF model (default: SmolLM2-135M-Instruct Q4_1 in the model
-    /// cache, fetched on first use)
+    /// The GGUF model, a path or hf://org/repo/file.gguf (default:
+    /// SmolLM2-135M-Instruct Q4_1 in the model cache, fetched on first use)
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
     /// Context length per sequence slot (default: the model's, up to 4096)
-    #[arg(short = 'c', long)]
+    #[arg(short = 'c', long, value_parser = positive)]
     pub ctx: Option<usize>,
     #[command(flatten)]
     pub backend: BackendArgs,
 }
 
-/// `--backend`, `--device`, `--threads` and `--verbose`.
+/// A count of at least 1, for flags where 0 means nothing useful.
+pub fn positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{s:?} is not a count: {e}")),
+    }
+}
+
+/// `--backend`, `--device`, `--threads`, `--exact` and `--verbose`.
 #[derive(clap::Args)]
 pub struct BackendArgs {
-    /// Compute backend: cpu, cpu-ref (the plain reference ops), gpu, auto
-    /// (default: cpu, or gpu with --device)
-    #[arg(long)]
-    pub backend: Option<BackendKind>,
+    /// Compute backend: auto (a hardware GPU when there is one, else the
+    /// CPU), gpu (the best adapter, software ones such as lavapipe too),
+    /// cpu, or cpu-ref (the plain reference ops)
+    #[arg(long, default_value = "auto")]
+    pub backend: BackendKind,
     /// GPU adapter: an index into `smelt devices` (alone, it means
     /// --backend gpu)
     #[arg(long)]
@@ -49,16 +60,21 @@ pub struct BackendArgs {
     /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// ggml's arithmetic bit for bit, as llama.cpp's CPU backend computes:
+    /// on the GPU, activations rounded to 8-bit blocks and every operation
+    /// rounded as ggml's C code (several times slower than the default fast
+    /// mode, whose plain hardware arithmetic is within 1% of llama.cpp's
+    /// perplexity); on the CPU, ggml's order for Q4_0/Q8_0 prefill too
+    #[arg(long)]
+    pub exact: bool,
+    /// Deprecated and ignored: the GPU's fast mode is the default (see
+    /// --exact)
+    #[arg(long, hide = true, conflicts_with = "exact")]
+    pub gpu_f32_acts: bool,
     /// Print the backend's work per token (submissions, dispatches) on
     /// stderr
     #[arg(long)]
     pub verbose: bool,
-    /// GPU: the fast mode: plain hardware arithmetic, f32 activations for
-    /// prefill (tensor cores where the adapter has them), Q4_0/Q8_0 decode
-    /// on Q8 blocks with integer dot products as llama.cpp's GPU backends;
-    /// not bit for bit llama.cpp's CPU
-    #[arg(long)]
-    pub gpu_f32_acts: bool,
     /// GPU: time every kernel with timestamp queries (each dispatch in its
     /// own pass, a wait per submission) and print where the time goes
     #[arg(long)]
@@ -66,18 +82,19 @@ pub struct BackendArgs {
 }
 
 impl BackendArgs {
+    /// The backend, with one line on stderr saying which it is.
     fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
+        if self.gpu_f32_acts {
+            eprintln!("smelt: --gpu-f32-acts is deprecated: the fast mode is the GPU's default");
+        }
         let gpu = GpuOptions {
-            quantize_activations: !self.gpu_f32_acts,
+            quantize_activations: self.exact,
             profile: self.perf,
             ..GpuOptions::default()
         };
-        // `--device N` alone names a GPU.
-        let kind = self.backend.unwrap_or(match self.device {
-            Some(_) => BackendKind::Gpu,
-            None => BackendKind::Cpu,
-        });
-        Ok(select::select_with(kind, self.device, self.threads, &gpu)?)
+        let chosen = select::choose(self.backend, self.device, self.threads, &gpu)?;
+        eprintln!("smelt: {}", chosen.choice);
+        Ok(chosen.backend)
     }
 }
 
@@ -122,16 +139,17 @@ pub fn open(
     params: SessionParams,
 ) -> anyhow::Result<Opened> {
     let path = model_path(model)?;
-    // The error names the file and the cause; flattened so that the cause
-    // is not printed twice.
-    let file = GgufFile::open(&path).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let file = open_gguf(&path)?;
     // The architecture is checked before the tokenizer: an unsupported model
     // should say so, not fail on its vocabulary.
-    smelt::model::Config::from_gguf(&file)
+    let config = smelt::model::Config::from_gguf(&file)
         .with_context(|| format!("cannot run {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
     let made = backend.make()?;
+    if !made.caps().is_gpu || made.caps().unified_memory {
+        check_kv_fits(&config, &params, available_memory())?;
+    }
     let name = made.name();
     let start = Instant::now();
     let bar = std::io::stderr().is_terminal().then(|| {
@@ -180,6 +198,54 @@ pub fn open(
     })
 }
 
+/// Opens a GGUF file for a command. Errors name the file once: the
+/// reader's own I/O errors already do.
+pub fn open_gguf(path: &Path) -> anyhow::Result<GgufFile> {
+    GgufFile::open(path).map_err(|e| match e {
+        GgufError::Io { .. } => anyhow::anyhow!("{e}"),
+        other => anyhow::anyhow!("{}: {other}", path.display()),
+    })
+}
+
+/// Refuses a KV cache (slots × context) larger than the memory there is,
+/// before anything is allocated, naming the sizes.
+pub fn check_kv_fits(
+    config: &smelt::model::Config,
+    params: &SessionParams,
+    available: Option<u64>,
+) -> anyhow::Result<()> {
+    let Some(available) = available else {
+        return Ok(());
+    };
+    let n_ctx = params
+        .n_ctx
+        .unwrap_or(config.n_ctx_train.min(smelt::model::DEFAULT_MAX_CTX));
+    let bytes = smelt::model::kv_cache::bytes(config, n_ctx, params.n_slots, params.kv_type);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    match bytes {
+        Some(b) if b <= available => Ok(()),
+        needed => bail!(
+            "the KV cache of {} slots × {n_ctx} positions needs {} ({} layers × K and V × {} values × {}); \
+             {:.1} GiB of memory is available: lower --parallel or --ctx",
+            params.n_slots,
+            needed.map_or("more than 16 EiB".into(), |b| format!("{:.1} GiB", gib(b))),
+            config.n_layer,
+            config.kv_dim(),
+            params.kv_type,
+            gib(available),
+        ),
+    }
+}
+
+/// The memory the system could give this process now (Linux's
+/// `MemAvailable`); `None` where it cannot be read.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),
@@ -194,6 +260,10 @@ pub struct Loaded {
     pub vocab: Box<dyn Vocab>,
     pub template: ChatTemplate,
     pub encode: Encode,
+    /// A token's text, control tokens' included.
+    pub token_bytes: TokenBytes,
+    /// Grammars compiled against the vocabulary, for constrained output.
+    pub grammars: Arc<Grammars>,
 }
 
 /// Loads the model with `n_slots` sequence slots.
@@ -214,12 +284,22 @@ pub fn load(
         .with_context(|| format!("the chat template of {}", opened.path.display()))?;
     let tokenizer = Arc::new(opened.tokenizer);
     let encode = encoder(Arc::clone(&tokenizer), template.bos_token().to_string());
+    let token_bytes: TokenBytes = {
+        let tokenizer = Arc::clone(&tokenizer);
+        Arc::new(move |id| tokenizer.token_to_piece(id))
+    };
+    let grammars = Arc::new(
+        Grammars::new(Arc::clone(&tokenizer))
+            .with_context(|| format!("the vocabulary of {}", opened.path.display()))?,
+    );
     Ok(Loaded {
         path: opened.path,
         engine: Box::new(opened.session),
         vocab: Box::new(TokenizerVocab(tokenizer)),
         template,
         encode,
+        token_bytes,
+        grammars,
     })
 }
 
@@ -270,9 +350,14 @@ pub fn model_cache() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache/smelt/models"))
 }
 
-/// `model` itself, or the default model, fetched into the cache if absent.
+/// `model` itself (`hf://org/repo/file.gguf` fetched into the cache), or
+/// the default model, fetched into the cache if absent.
 pub fn model_path(model: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(m) = model {
+        if let Some(url) = m.to_str().filter(|s| s.starts_with("hf://")) {
+            let wanted = crate::hub::Wanted::from_url(url)?;
+            return crate::hub::Hub::from_env(model_cache()?).fetch(&wanted);
+        }
         return Ok(m.to_path_buf());
     }
     let path = model_cache()?.join(DEFAULT_MODEL);

@@ -2,6 +2,7 @@
 
 mod cmd;
 mod engine;
+mod hub;
 mod serve;
 
 use std::process::ExitCode;
@@ -12,7 +13,11 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "smelt",
     version,
-    about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks"
+    about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks",
+    after_help = "Commands that run a model (run, chat, serve, bench, perplexity) use a \
+                  hardware GPU when there is one, in its fast mode (--exact: ggml's \
+                  arithmetic bit for bit), else the CPU, and say which on stderr \
+                  (--backend cpu|gpu|auto, --device N)."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,6 +42,8 @@ enum Command {
     Bench(cmd::bench::Args),
     /// Measure perplexity over a text file, like llama-perplexity
     Perplexity(cmd::perplexity::Args),
+    /// Fetch a GGUF model from a Hugging Face-style hub into the cache
+    Pull(cmd::pull::Args),
     /// Render a chat template with messages
     Template(cmd::template::Args),
     /// List the GPU adapters and what they can do
@@ -52,6 +59,7 @@ enum Command {
 
 fn main() -> ExitCode {
     restore_sigpipe();
+    quiet_device_select();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(a) => cmd::info::run(a),
@@ -62,6 +70,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => cmd::serve::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
+        Command::Pull(a) => cmd::pull::run(a),
         Command::Template(a) => cmd::template::run(a),
         Command::Devices(a) => cmd::devices::run(a),
         Command::Train(a) => cmd::train::run(a),
@@ -77,6 +86,22 @@ fn main() -> ExitCode {
     }
 }
 
+/// Mesa's Vulkan device-select layer connects to Wayland on every
+/// enumeration of the GPUs, and with no `XDG_RUNTIME_DIR` libwayland prints
+/// an error each time. The layer only reorders devices for programs that
+/// take the first one; smelt ranks adapters itself (`smelt devices`), so
+/// it is switched off where it would print (`NODEVICE_SELECT`, the
+/// layer's own off switch), unless the user set it.
+fn quiet_device_select() {
+    if std::env::var_os("XDG_RUNTIME_DIR").is_none()
+        && std::env::var_os("NODEVICE_SELECT").is_none()
+    {
+        // SAFETY: called first thing in main, before any thread starts, so
+        // nothing reads the environment concurrently.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}
+
 /// Rust ignores SIGPIPE, so `smelt info x.gguf | head` would panic on the
 /// closed pipe. A command-line tool should just stop, as C tools do.
 fn restore_sigpipe() {
@@ -85,5 +110,26 @@ fn restore_sigpipe() {
     // signal's disposition to the default is async-signal-safe.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `smelt CMD --help` describes every flag and argument.
+    #[test]
+    fn every_flag_has_help() {
+        let cli = super::Cli::command();
+        let missing: Vec<String> = cli
+            .get_subcommands()
+            .flat_map(|sub| {
+                sub.get_arguments()
+                    .filter(|a| a.get_help().is_none())
+                    .map(|a| format!("smelt {} --{}", sub.get_name(), a.get_id()))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(missing.is_empty(), "flags without help: {missing:?}");
     }
 }

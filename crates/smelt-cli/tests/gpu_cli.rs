@@ -126,3 +126,146 @@ fn device_alone_means_the_gpu() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--device selects a GPU"));
 }
+
+/// Without `--backend`, a command takes `auto`: a hardware GPU in the fast
+/// mode, or the CPU where there is none (CI: lavapipe only), saying which
+/// in one line; the adapters are probed once (Mesa's warnings about a
+/// missing XDG_RUNTIME_DIR come once, as two lines, where it prints them).
+#[test]
+fn auto_says_what_it_chose_in_one_line() {
+    let m = model();
+    let out = smelt(&["run", "-m", &m, "-n", "1", "-p", "Hi"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let choices: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("using GPU") || l.contains("using the CPU"))
+        .collect();
+    assert_eq!(choices.len(), 1, "{err}");
+    let line = choices[0];
+    match smelt::backend::gpu::best_hardware() {
+        Some(r) => assert!(
+            line.starts_with(&format!("smelt: using GPU {} (", r.index))
+                && line.ends_with("in fast mode"),
+            "{line}"
+        ),
+        None => assert!(
+            line.starts_with("smelt: no hardware GPU; using the CPU ("),
+            "{line}"
+        ),
+    }
+    let noise = err
+        .lines()
+        .filter(|l| l.contains("XDG_RUNTIME_DIR"))
+        .count();
+    assert!(noise <= 2, "the adapters were probed more than once: {err}");
+}
+
+/// `--exact` on the GPU is ggml's arithmetic bit for bit: greedy text
+/// equals the CPU's in its exact mode, token for token, past the clear
+/// prefix too; the choice line names the mode.
+#[test]
+fn exact_on_gpu_is_the_cpus_exact_text() {
+    let m = model();
+    let run = |backend: &str| {
+        smelt(&[
+            "run",
+            "-m",
+            &m,
+            "--backend",
+            backend,
+            "--exact",
+            "-n",
+            "24",
+            "--temp",
+            "0",
+            "--ctx",
+            "64",
+            "-p",
+            "Once upon a time",
+        ])
+    };
+    let gpu = run("gpu");
+    let cpu = run("cpu");
+    let err = String::from_utf8_lossy(&gpu.stderr);
+    assert!(err.contains("in exact mode"), "{err}");
+    assert!(!gpu.stdout.is_empty());
+    assert_eq!(
+        String::from_utf8_lossy(&gpu.stdout),
+        String::from_utf8_lossy(&cpu.stdout)
+    );
+}
+
+/// `smelt perplexity` on Gemma 3 on the GPU (issue 23's defect): with a
+/// context of 300, a chunk's 150 scored rows of 262144 logits are 150 MiB,
+/// over lavapipe's 128 MiB binding limit, so the logits are kept in
+/// pieces; the GPU's default mode gives the CPU's perplexity within 1% on
+/// one chunk of Debian's Apache-2.0 text.
+#[test]
+fn gemma3_perplexity_on_gpu_fits_the_binding_limit() {
+    let m = common::model(common::GEMMA3).display().to_string();
+    let text = common::testdata("gemma/Apache-2.0").display().to_string();
+    let ppl = |backend: &str| {
+        let out = smelt(&[
+            "perplexity",
+            "-m",
+            &m,
+            "-f",
+            &text,
+            "-c",
+            "300",
+            "--chunks",
+            "1",
+            "--backend",
+            backend,
+        ]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("PPL = "))
+            .unwrap_or_else(|| panic!("no PPL line: {stdout}"));
+        line.split_whitespace()
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let (gpu, cpu) = (ppl("gpu"), ppl("cpu"));
+    let rel = (gpu - cpu).abs() / cpu;
+    eprintln!(
+        "Gemma 3, one chunk of 300: GPU {gpu:.4}, CPU {cpu:.4} ({:.3}%)",
+        rel * 100.0
+    );
+    assert!(rel < 0.01, "GPU {gpu} vs CPU {cpu}");
+}
+
+/// With no GPU at all (the Vulkan loader pointed at no driver), `--backend
+/// gpu` is refused with a clear error, not a panic, and says how to run on
+/// the CPU; the default `auto` runs on the CPU and says why.
+#[test]
+fn no_gpu_is_an_error_for_gpu_and_the_cpu_for_auto() {
+    let m = model();
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_smelt"))
+            .args(["run", "-m", &m, "-n", "1", "-p", "Hi"])
+            .args(extra)
+            .env("VK_ICD_FILENAMES", "/nonexistent/icd.json")
+            .env("WGPU_BACKEND", "vulkan")
+            .output()
+            .expect("run smelt")
+    };
+    let gpu = run(&["--backend", "gpu"]);
+    let err = String::from_utf8_lossy(&gpu.stderr);
+    assert_eq!(gpu.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no GPU adapter") && err.contains("--backend cpu"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    let auto = run(&[]);
+    let err = String::from_utf8_lossy(&auto.stderr);
+    assert!(auto.status.success(), "{err}");
+    assert!(
+        err.contains("smelt: no hardware GPU; using the CPU ("),
+        "{err}"
+    );
+}

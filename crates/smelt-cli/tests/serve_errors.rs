@@ -104,6 +104,31 @@ fn bad_requests_get_openai_errors() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(r.json()["usage"]["completion_tokens"], 2);
+
+    // Every request left one access-log line: peer, request, status,
+    // bytes, seconds.
+    let mut lines = Vec::new();
+    while let Ok(line) = server.log.recv_timeout(Duration::from_secs(5)) {
+        lines.push(line);
+        if lines
+            .iter()
+            .filter(|l| l.contains("\"POST /v1/completions\" 200 "))
+            .count()
+            == 1
+        {
+            break;
+        }
+    }
+    let logged = |needle: &str| lines.iter().filter(|l| l.contains(needle)).count();
+    assert_eq!(logged("\"POST /v1/completions\" 200 "), 1, "{lines:#?}");
+    assert_eq!(logged("\"POST /v1/completions\" 413 "), 1, "{lines:#?}");
+    assert_eq!(logged("\"GET /v2/nothing\" 404 "), 1, "{lines:#?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| !l.contains("\" 200 ") || l.starts_with("smelt serve: 127.0.0.1:")),
+        "{lines:#?}"
+    );
     let status = server.terminate();
     assert!(status.success(), "exit status {status}");
 }

@@ -16,6 +16,7 @@ fn openai_python_client() {
         .arg(server.url())
         .arg(model(SMOLLM2))
         .arg(repo("testdata/reference/smollm2-135m-q4_1-greedy.json"))
+        .arg(env!("CARGO_BIN_EXE_smelt"))
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);

@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use crate::model::{Batch, ModelError, Session};
-use crate::sample::{Sampler, SamplerParams};
+use crate::sample::{Sampler, SamplerParams, TokenLogprob, logprobs};
 pub use crate::server::FinishReason;
 use crate::server::{StopMatcher, StopScan};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
@@ -28,6 +28,9 @@ pub struct GenerateParams {
     pub sampler: SamplerParams,
     /// Generation ends before the first of these; it is not part of the text.
     pub stop: Vec<String>,
+    /// `Some(n)`: record each generated token's log-probability and the
+    /// `n` most likely tokens' ([`Generation::logprobs`]).
+    pub logprobs: Option<usize>,
 }
 
 /// Where the time went.
@@ -62,6 +65,9 @@ pub struct Generation {
     pub tokens: Vec<u32>,
     /// Exactly the text given to the callback.
     pub text: String,
+    /// Per generated token, when asked for: the model's log-probabilities
+    /// (see [`crate::sample::logprobs`]).
+    pub logprobs: Vec<TokenLogprob>,
     pub finish: FinishReason,
     pub timings: Timings,
 }
@@ -126,6 +132,7 @@ pub fn generate(
     let mut out = Generation {
         tokens: Vec::new(),
         text: String::new(),
+        logprobs: Vec::new(),
         finish: FinishReason::Length,
         timings,
     };
@@ -134,10 +141,16 @@ pub fn generate(
         text.is_empty() || on_text(text)
     };
     let stopped_by_string = loop {
+        // The sampler's biases and penalties change the logits in place;
+        // log-probabilities are the model's own.
+        let raw = params.logprobs.map(|_| logits.clone());
         let id = sampler.sample(&mut logits, &history);
         if tokenizer.is_eog(id) {
             out.finish = FinishReason::Stop;
             break false;
+        }
+        if let (Some(n), Some(raw)) = (params.logprobs, raw) {
+            out.logprobs.push(logprobs(&raw, id, n));
         }
         out.tokens.push(id);
         history.push(id);

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod chat;
 pub mod generate;
 pub mod gguf;
+pub mod grammar;
 pub mod model;
 pub mod quant;
 pub mod quantize;

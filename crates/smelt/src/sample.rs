@@ -1,10 +1,15 @@
-//! Sampling: greedy, temperature, top-k, top-p, min-p and the repetition,
-//! frequency and presence penalties, with a seeded generator.
+//! Sampling: greedy, temperature, top-k, top-p, min-p, the repetition,
+//! frequency and presence penalties and logit biases, with a seeded
+//! generator; and the log-probabilities of what was sampled.
 //!
-//! The chain and its order follow llama.cpp's default sampler: penalties,
-//! top-k, top-p, min-p, temperature, then a draw from the distribution. A
-//! temperature of zero (or below) is greedy: the largest logit after the
-//! penalties, the lowest id on ties.
+//! The chain and its order follow llama.cpp's default sampler: logit
+//! biases, penalties, top-k, top-p, min-p, temperature, then a draw from
+//! the distribution. A temperature of zero (or below) is greedy: the
+//! largest logit after the biases and penalties, the lowest id on ties.
+//!
+//! Log-probabilities ([`logprobs`]) are those of the model: the
+//! log-softmax of its raw logits, before any bias, penalty or filter, as
+//! llama.cpp's server reports them.
 
 /// Sampling settings. `Default` gives llama.cpp's defaults.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,6 +33,9 @@ pub struct SamplerParams {
     pub presence_penalty: f32,
     /// Fixes the random stream; `None` seeds from the clock.
     pub seed: Option<u64>,
+    /// Added to the logits of these tokens before anything else (OpenAI's
+    /// `logit_bias`; -100 all but bans a token).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplerParams {
@@ -42,6 +50,7 @@ impl Default for SamplerParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             seed: None,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -78,6 +87,11 @@ impl SamplerParams {
         ];
         if let Some((name, v)) = finite.iter().find(|(_, v)| !v.is_finite()) {
             return Err(format!("{name} must be a finite number, got {v}"));
+        }
+        if let Some((id, b)) = self.logit_bias.iter().find(|(_, b)| !b.is_finite()) {
+            return Err(format!(
+                "logit_bias of token {id} must be a finite number, got {b}"
+            ));
         }
         if !(0.0..=1.0).contains(&self.top_p) {
             return Err(format!("top_p must be in [0, 1], got {}", self.top_p));
@@ -129,6 +143,11 @@ impl Sampler {
     /// the tokens so far. The penalties change `logits` in place.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
         assert!(!logits.is_empty(), "sampling from an empty vocabulary");
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
         if self.params.has_penalties() {
             self.apply_penalties(logits, history);
         }
@@ -218,6 +237,48 @@ impl Sampler {
             }
         }
         self.candidates.last().map_or(0, |c| c.0)
+    }
+}
+
+/// A sampled token's log-probability and the most likely alternatives'.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: u32,
+    pub logprob: f32,
+    /// The `n` most likely tokens and their log-probabilities, most likely
+    /// first (the lower id first on ties).
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The log-probability of `token` under `softmax(logits)`, and the `n_top`
+/// most likely tokens': `l - max - ln Σ exp(l - max)`, the sum in f64 as
+/// llama.cpp's perplexity takes it.
+pub fn logprobs(logits: &[f32], token: u32, n_top: usize) -> TokenLogprob {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from((l - max).exp())).sum();
+    let log_z = sum.ln();
+    let logprob = |l: f32| (f64::from(l - max) - log_z) as f32;
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    let n = n_top.min(order.len());
+    if n > 0 && n < order.len() {
+        order.select_nth_unstable_by(n - 1, by_logit);
+    }
+    order.truncate(n);
+    order.sort_unstable_by(by_logit);
+    TokenLogprob {
+        token,
+        logprob: logits
+            .get(token as usize)
+            .map_or(f32::NEG_INFINITY, |&l| logprob(l)),
+        top: order
+            .into_iter()
+            .map(|id| (id, logprob(logits[id as usize])))
+            .collect(),
     }
 }
 
@@ -387,6 +448,34 @@ mod tests {
         };
         assert_eq!(run(1), run(1));
         assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn logit_bias_moves_and_bans_tokens() {
+        let mut s = Sampler::new(SamplerParams {
+            logit_bias: vec![(0, -100.0), (2, 1.5)],
+            ..SamplerParams::greedy()
+        });
+        assert_eq!(s.sample(&mut [5.0, 1.0, 0.0], &[]), 2);
+        let p = SamplerParams {
+            logit_bias: vec![(1, f32::NAN)],
+            ..SamplerParams::default()
+        };
+        assert!(p.validate().unwrap_err().contains("logit_bias"));
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax() {
+        let logits = [1.0f32, 3.0, 2.0, 3.0];
+        let z: f64 = logits.iter().map(|&l| f64::from(l).exp()).sum();
+        let want = |i: usize| (f64::from(logits[i]) - z.ln()) as f32;
+        let lp = logprobs(&logits, 2, 3);
+        assert!((lp.logprob - want(2)).abs() < 1e-6, "{lp:?}");
+        let ids: Vec<u32> = lp.top.iter().map(|t| t.0).collect();
+        assert_eq!(ids, [1, 3, 2]);
+        assert!((lp.top[0].1 - want(1)).abs() < 1e-6);
+        assert_eq!(logprobs(&logits, 0, 0).top, []);
+        assert_eq!(logprobs(&logits, 0, 9).top.len(), 4);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
-use smelt::chat::{ChatTemplate, Clock};
+use smelt::chat::{ChatTemplate, Clock, tools};
 use smelt::gguf::GgufFile;
 
 /// 2026-01-15T00:00:00Z, the date the Python side renders with.
@@ -115,9 +115,10 @@ fn compare(
             case["bos_token"].as_str().unwrap_or(&bos),
             case["eos_token"].as_str().unwrap_or(&eos),
         );
-        let got = template.render(
+        let got = template.render_with_tools(
             &case["messages"],
             case["add_generation_prompt"].as_bool().unwrap(),
+            case.get("tools"),
         );
         match (got, want) {
             (Ok(g), Ok(w)) if g == w => {}
@@ -243,6 +244,53 @@ fn reference_templates_match_jinja2_on_more_messages() {
         n += 1;
     }
     assert!(n >= 20);
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// OpenAI tools and a call round trip (call, result, answer), as the server
+/// prepares them for each template's tool format
+/// (`tools::prepare_messages`), rendered with `tools` given.
+#[test]
+fn reference_templates_match_jinja2_with_tools() {
+    let tools = json!([{"type": "function", "function": {
+        "name": "get_weather", "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                       "required": ["city"]}}}]);
+    let conversation = json!([
+        {"role": "system", "content": "You are helpful."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [{
+            "id": "abc123xyz", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "abc123xyz", "content": "{\"temp\": 21}"},
+    ]);
+    let dir = common::testdata("chat-templates");
+    let mut failures = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "jinja") {
+            continue;
+        }
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        let source = std::fs::read_to_string(&path).unwrap();
+        let mut t = fixed(ChatTemplate::new(&source, &name).unwrap());
+        let format = t.tool_format();
+        let mut cases = Vec::new();
+        for n in [2, 4] {
+            let mut messages: Vec<Value> = conversation.as_array().unwrap()[..n].to_vec();
+            tools::prepare_messages(format, &mut messages, Some(&tools));
+            cases.push(json!({
+                "messages": messages, "add_generation_prompt": true,
+                "bos_token": "<BOS>", "eos_token": "<EOS>", "tools": tools,
+            }));
+        }
+        failures.extend(compare(&name, &mut t, json!({"template": source}), &cases));
+    }
     assert!(
         failures.is_empty(),
         "{} failures:\n{}",

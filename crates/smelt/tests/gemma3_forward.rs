@@ -83,7 +83,8 @@ fn forward_matches_numpy_reference() {
     let want = numpy_reference(&dir, &ids);
     let model_path = dir.join("model.gguf");
     let gpu = GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)");
-    let cases: [(&str, Box<dyn Backend>, GgmlType, f64); 4] = [
+    let gpu_exact = GpuBackend::new(&GpuOptions::exact()).unwrap();
+    let cases: [(&str, Box<dyn Backend>, GgmlType, f64); 5] = [
         // The reference ops in f64 sums, F32 cache: f32 storage only.
         (
             "cpu-ref, F32 cache",
@@ -104,8 +105,14 @@ fn forward_matches_numpy_reference() {
             GgmlType::F16,
             2e-4,
         ),
-        // Every op Gemma 3 needs, on the GPU backend.
+        // Every op Gemma 3 needs, on the GPU backend in both modes.
         ("gpu, F16 cache", Box::new(gpu), GgmlType::F16, 2e-4),
+        (
+            "gpu exact, F16 cache",
+            Box::new(gpu_exact),
+            GgmlType::F16,
+            2e-4,
+        ),
     ];
     for (what, backend, kv_type, tol) in cases {
         let model = load(&model_path, backend).unwrap();

@@ -626,6 +626,9 @@ fn open_reports_io_and_parse_errors() {
         GgufFile::open(&missing),
         Err(GgufError::Io { .. })
     ));
+    // A directory is named as one, not as "No such device".
+    let e = GgufFile::open(&dir).err().expect("a directory is refused");
+    assert!(e.to_string().contains("is a directory"), "{e}");
     let empty = dir.join("hostile-empty.gguf");
     std::fs::write(&empty, b"").expect("write");
     assert!(matches!(

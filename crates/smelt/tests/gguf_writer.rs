@@ -102,7 +102,11 @@ fn failed_writes_leave_nothing_behind() {
     let err = GgufWriter::new()
         .write_file(&path)
         .expect_err("no directory");
-    assert!(matches!(err, GgufError::Io { .. }));
+    assert!(matches!(err, GgufError::Write { .. }));
+    // A failed write says so, naming the file once and the cause once.
+    let msg = err.to_string();
+    assert!(msg.starts_with("cannot write "), "{msg}");
+    assert!(std::error::Error::source(&err).is_none(), "{msg}");
     assert!(!path.exists());
 
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -169,3 +169,51 @@ fn backend_selection_follows_the_flags() {
     assert!(!<dyn Backend>::cpu(Some(1)).unwrap().caps().is_gpu);
     assert!(<dyn Backend>::cpu(Some(0)).is_err(), "0 threads");
 }
+
+/// What `choose` picked, as the line a command prints: auto's GPU or its
+/// fallback and why, the GPU's mode (fast unless asked), the CPU's threads.
+#[test]
+fn the_choice_names_the_backend_and_the_mode() {
+    use smelt::backend::select::{BackendKind, Choice, choose};
+    let fast = GpuOptions::default();
+    let auto = choose(BackendKind::Auto, None, Some(1), &fast).unwrap();
+    match best_hardware() {
+        None => {
+            assert_eq!(
+                auto.choice,
+                Choice::Cpu {
+                    threads: 1,
+                    exact: false,
+                    fallback: Some("no hardware GPU".into()),
+                }
+            );
+            assert_eq!(
+                auto.choice.to_string(),
+                "no hardware GPU; using the CPU (1 thread)"
+            );
+        }
+        Some(r) => assert!(
+            matches!(&auto.choice, Choice::Gpu { index, exact: false, .. } if *index == r.index),
+            "{:?}",
+            auto.choice
+        ),
+    }
+    let gpu = choose(BackendKind::Gpu, None, None, &fast).unwrap();
+    let line = gpu.choice.to_string();
+    assert!(
+        line.starts_with("using GPU ") && line.ends_with(" mode") && line.contains("fast"),
+        "{line}"
+    );
+    let exact = choose(BackendKind::Gpu, None, None, &GpuOptions::exact()).unwrap();
+    assert!(
+        matches!(exact.choice, Choice::Gpu { exact: true, .. }),
+        "{:?}",
+        exact.choice
+    );
+    assert!(exact.choice.to_string().ends_with("in exact mode"));
+    let cpu = choose(BackendKind::Cpu, None, Some(2), &GpuOptions::exact()).unwrap();
+    assert_eq!(
+        cpu.choice.to_string(),
+        "using the CPU (2 threads) in exact mode"
+    );
+}

@@ -1,6 +1,8 @@
-//! End to end on the GPU (lavapipe in CI): SmolLM2-135M Q4_1 against
+//! End to end on the GPU (lavapipe in CI), in the default (fast) mode and
+//! the exact one: SmolLM2-135M Q4_1 and Gemma 3 270M Q4_K_M against
 //! llama.cpp's outputs and top-10 log-probabilities (`testdata/reference`),
-//! teacher forced, and the one-submission-per-token rule on real decoding.
+//! teacher forced and free-running greedy, and the
+//! one-submission-per-token rule on real decoding.
 
 mod common;
 #[path = "common/reference.rs"]
@@ -10,54 +12,43 @@ use reference::{argmax, cases, greedy, teacher_forced};
 use smelt::backend::gpu::{GpuBackend, GpuOptions};
 use smelt::model::{Batch, Session, SessionParams};
 
-const REFERENCE: &str = "smollm2-135m-q4_1-greedy.json";
+const SMOLLM2_REFERENCE: &str = "smollm2-135m-q4_1-greedy.json";
+const GEMMA3_REFERENCE: &str = "gemma3-270m-q4_k_m-greedy.json";
 
-fn session(n_outputs: usize) -> Session {
-    session_with(n_outputs, &GpuOptions::default())
-}
-
-fn session_with(n_outputs: usize, opts: &GpuOptions) -> Session {
+fn session(model: &str, n_outputs: usize, opts: &GpuOptions) -> Session {
     let gpu = GpuBackend::new(opts).expect("a GPU adapter (lavapipe in CI)");
     let params = SessionParams {
         n_ctx: Some(128),
         n_outputs,
         ..SessionParams::default()
     };
-    reference::session(common::SMOLLM2, Box::new(gpu), params)
+    reference::session(model, Box::new(gpu), params)
 }
 
-/// The prompt and llama.cpp's output in one batch: at every step where
+/// The prompt and llama.cpp's output in one batch, in the default mode
+/// (plain hardware arithmetic, activations f32 but for Q4_0/Q8_0 decode,
+/// cooperative matrices where the adapter has them; the f32 maths of the
+/// CPU reference rather than ggml's rounding): at every step where
 /// llama.cpp's top-1 beats its top-2 by 0.5 nats our top-1 must be the
-/// same, and our log-prob of its top-1 within 0.05 nats on average on every
-/// prompt, as on the CPU (the kernels round as ggml's CPU code does; the
-/// worst prompt measured 0.045).
+/// same, and our log-prob of its top-1 within 0.06 nats on average on
+/// every prompt (measured worst prompt 0.047 on lavapipe).
 #[test]
 fn smollm2_on_gpu_agrees_with_llama_cpp_teacher_forced() {
-    teacher_forced_within(&mut session(64), 0.05);
+    let mut s = session(common::SMOLLM2, 64, &GpuOptions::default());
+    teacher_forced_within(&mut s, 0.06);
 }
 
-/// The same in the f32-activation mode (`--gpu-f32-acts`: plain hardware
-/// arithmetic, activations never rounded to 8 bits, cooperative matrices
-/// where the adapter has them), which computes the f32 maths of the CPU
-/// reference rather than ggml's rounding: the same top-1 at every clear
-/// step, and a slightly looser mean bound (measured worst prompt 0.047 on
-/// lavapipe). Free-running greedy does not follow llama.cpp's clear
-/// prefixes in this mode: the first prompt parts at step 5.
+/// The same in the exact mode, which rounds as ggml's CPU code does: as on
+/// the CPU, within 0.05 nats (the worst prompt measured 0.045).
 #[test]
-fn smollm2_f32_mode_on_gpu_agrees_with_llama_cpp_teacher_forced() {
-    let opts = GpuOptions {
-        quantize_activations: false,
-        ..GpuOptions::default()
-    };
-    teacher_forced_within(&mut session_with(64, &opts), F32_MODE_BOUND);
+fn smollm2_exact_on_gpu_agrees_with_llama_cpp_teacher_forced() {
+    let mut s = session(common::SMOLLM2, 64, &GpuOptions::exact());
+    teacher_forced_within(&mut s, 0.05);
 }
-
-/// Mean |Δ logprob| allowed in the f32-activation mode.
-const F32_MODE_BOUND: f64 = 0.06;
 
 fn teacher_forced_within(s: &mut Session, bound: f64) {
     let mut worst = 0f64;
-    for case in cases(REFERENCE) {
+    for case in cases(SMOLLM2_REFERENCE) {
         let (checked, bad, mean) = teacher_forced(s, &case);
         eprintln!(
             "{:?}: {checked} clear steps, mean |Δ logprob| {mean:.4}",
@@ -71,30 +62,63 @@ fn teacher_forced_within(s: &mut Session, bound: f64) {
     assert!(worst <= bound, "mean |Δ logprob| {worst} > {bound} nats");
 }
 
-/// Free-running greedy decoding, one token per submission, reproduces
-/// llama.cpp's output over each prompt's clear prefix (issue 4, as on the
-/// CPU). This holds because the kernels round as ggml's CPU code does
-/// (`kernels/exact.wgsl`).
-#[test]
-fn smollm2_greedy_on_gpu_reproduces_clear_prefix() {
-    let mut s = session(1);
-    for case in cases(REFERENCE) {
-        let out = greedy(&mut s, &case);
-        eprintln!("{:?}: {} steps", case.prompt, out.len());
-        assert_eq!(
-            out,
-            case.output_ids[..case.clear_prefix_len],
-            "{:?}",
-            case.prompt
+/// Free-running greedy decoding, one token per submission: the prompts
+/// whose output equals llama.cpp's over its clear prefix (the steps before
+/// the first whose top-1/top-2 margin is under 0.1 nats).
+fn greedy_prefixes(s: &mut Session, reference: &str) -> usize {
+    let mut same = 0;
+    for case in cases(reference) {
+        let out = greedy(s, &case);
+        let want = &case.output_ids[..case.clear_prefix_len];
+        let parted = out.iter().zip(want).position(|(a, b)| a != b);
+        eprintln!(
+            "{:?}: {} steps, {}",
+            case.prompt,
+            want.len(),
+            parted.map_or("the same".into(), |i| format!("parts at step {i}"))
         );
+        same += usize::from(parted.is_none());
     }
+    same
+}
+
+/// The default mode follows llama.cpp's clear prefixes on at least 7 of
+/// the 8 prompts of each model: a faithful fast mode may part from ggml's
+/// rounding where two tokens are within a few hundredths of a nat.
+#[test]
+fn smollm2_greedy_on_gpu_follows_llama_cpp() {
+    let same = greedy_prefixes(
+        &mut session(common::SMOLLM2, 1, &GpuOptions::default()),
+        SMOLLM2_REFERENCE,
+    );
+    assert!(same >= 7, "{same} of 8 prompts follow llama.cpp");
+}
+
+#[test]
+fn gemma3_greedy_on_gpu_follows_llama_cpp() {
+    let same = greedy_prefixes(
+        &mut session(common::GEMMA3, 1, &GpuOptions::default()),
+        GEMMA3_REFERENCE,
+    );
+    assert!(same >= 7, "{same} of 8 prompts follow llama.cpp");
+}
+
+/// The exact mode reproduces every clear prefix (issue 4, as on the CPU):
+/// its kernels round as ggml's CPU code does (`kernels/exact.wgsl`).
+#[test]
+fn smollm2_exact_greedy_on_gpu_reproduces_clear_prefixes() {
+    let same = greedy_prefixes(
+        &mut session(common::SMOLLM2, 1, &GpuOptions::exact()),
+        SMOLLM2_REFERENCE,
+    );
+    assert_eq!(same, 8);
 }
 
 /// Free-running decode: each generated token is one submission.
 #[test]
 fn gpu_decode_is_one_submission_per_token() {
-    let mut s = session(1);
-    let case = &cases(REFERENCE)[0];
+    let mut s = session(common::SMOLLM2, 1, &GpuOptions::default());
+    let case = &cases(SMOLLM2_REFERENCE)[0];
     let np = case.prompt_ids.len();
     let mut next = argmax(s.decode(&Batch::sequence(&case.prompt_ids, 0, 0)).unwrap());
     for i in 0..4 {

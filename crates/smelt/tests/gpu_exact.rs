@@ -1,4 +1,5 @@
-//! The GPU computes what ggml's CPU computes, bit for bit, as the fast CPU
+//! The GPU in its exact mode (`GpuOptions::exact`, `--exact`) computes
+//! what ggml's CPU computes, bit for bit, as the fast CPU
 //! backend does in its exact mode (see `kernels/exact.wgsl` for why; the
 //! default CPU backend sums Q4_0 and Q8_0 prefill in another order): each
 //! op of the Llama forward pass on random data, GPU against
@@ -92,7 +93,7 @@ fn weight(b: &mut dyn Backend, rng: &mut StdRng, t: GgmlType, m: usize, k: usize
 fn ops_are_bit_exact_with_the_fast_cpu() {
     let mut p = Pair {
         cpu: CpuBackend::new_exact(2).unwrap(),
-        gpu: GpuBackend::new(&GpuOptions::default()).unwrap(),
+        gpu: GpuBackend::new(&GpuOptions::exact()).unwrap(),
         rng: StdRng::seed_from_u64(7),
     };
     let mut report = Vec::new();
@@ -260,7 +261,7 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
 /// random values of every magnitude.
 #[test]
 fn f32_to_f16_rounds_to_nearest_even() {
-    let mut gpu = GpuBackend::new(&GpuOptions::default()).unwrap();
+    let mut gpu = GpuBackend::new(&GpuOptions::exact()).unwrap();
     let mut rng = StdRng::seed_from_u64(11);
     let tie = |bits: u32| f32::from_bits(bits);
     let mut v: Vec<f32> = vec![

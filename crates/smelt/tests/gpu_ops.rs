@@ -694,7 +694,10 @@ fn run(label: &str, opts: GpuOptions) {
 
 #[test]
 fn ops_match_cpu_with_adapter_features() {
-    run("subgroups+f16 where available", GpuOptions::default());
+    run(
+        "exact mode, subgroups+f16 where available",
+        GpuOptions::exact(),
+    );
 }
 
 #[test]
@@ -1446,7 +1449,7 @@ fn ropes_and_cache_writes_of_a_layer() {
             f32_mode_bench()
         } else {
             let seed = seed();
-            (seed, Bench::new(seed, GpuOptions::default()))
+            (seed, Bench::new(seed, GpuOptions::exact()))
         };
         let (rows, hd) = (3usize, 64usize);
         let pos: Vec<i32> = (0..rows).map(|_| b.rng.gen_range(0..300)).collect();

@@ -2,8 +2,14 @@
 //! for get_rows and matmul, or refused with the limit named. The limit is
 //! forced small (`GpuOptions::max_weight_binding_bytes`) so that any adapter
 //! splits; results are checked against the fast CPU backend in its exact
-//! mode, which the kernels match bit for bit (see gpu_exact.rs), and
+//! mode, which the exact kernels match bit for bit (see gpu_exact.rs), and
 //! against the GPU without splitting for the other weight types.
+//!
+//! Logits over the binding limit (`GpuOptions::max_binding_bytes`, a small
+//! limit for every tensor): kept in pieces by the model's output step,
+//! equal to the logits of a run without the limit.
+
+mod common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -19,7 +25,7 @@ const LIMIT: u64 = 16 << 10;
 fn split_gpu() -> GpuBackend {
     GpuBackend::new(&GpuOptions {
         max_weight_binding_bytes: Some(LIMIT),
-        ..GpuOptions::default()
+        ..GpuOptions::exact()
     })
     .expect("a GPU adapter (lavapipe in CI)")
 }
@@ -90,7 +96,7 @@ fn run(
 fn weights_over_the_binding_limit_are_split_by_rows() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut split = split_gpu();
-    let mut whole = GpuBackend::new(&GpuOptions::default()).unwrap();
+    let mut whole = GpuBackend::new(&GpuOptions::exact()).unwrap();
     let mut cpu = CpuBackend::new_exact(2).unwrap();
     let (m, k) = (300, 256);
     // Rows from every part, the first and last included.
@@ -151,13 +157,12 @@ fn a_row_over_the_binding_limit_is_refused_with_the_limit() {
     assert!(g.add(split, split, out).is_err());
 }
 
-/// The f32-activation mode repacks Q4_0 and Q8_0 into superblocks per
-/// part: a split weight gives the same bits as the whole one.
+/// The fast mode repacks Q4_0 and Q8_0 into superblocks per part: a split
+/// weight gives the same bits as the whole one.
 #[test]
-fn f32_mode_split_repacked_weights_match_the_whole() {
+fn fast_mode_split_repacked_weights_match_the_whole() {
     let f32_mode = |limit| GpuOptions {
         max_weight_binding_bytes: limit,
-        quantize_activations: false,
         ..GpuOptions::default()
     };
     let mut rng = StdRng::seed_from_u64(12);
@@ -176,4 +181,93 @@ fn f32_mode_split_repacked_weights_match_the_whole() {
             assert_eq!(got.1, want.1, "matmul {t} n={n}");
         }
     }
+}
+
+/// SmolLM2's logits for 40 output rows (49152 × 4 bytes each, 7.5 MiB)
+/// under a binding limit of 3 MiB for every tensor: 3 pieces of 14 rows,
+/// recorded in one forward pass and read back with one submission, equal
+/// bit for bit to the logits of the same batch without the limit, in
+/// both modes. The rows are a prompt's, each wanting logits, and the
+/// pieces hold 12 to 14 rows: the same kernels run (tiled, not mat-vec)
+/// as on the whole batch. The tied output weight is split under the limit
+/// too.
+#[test]
+fn logits_over_the_binding_limit_are_kept_in_pieces() {
+    use smelt::gguf::GgufFile;
+    use smelt::model::{Batch, Model, Session, SessionParams};
+
+    const MODEL_LIMIT: u64 = 3 << 20;
+    const ROWS: usize = 40;
+    let gguf = GgufFile::open(common::model(common::SMOLLM2)).unwrap();
+    let logits = |opts: GpuOptions| {
+        let gpu = GpuBackend::new(&opts).expect("a GPU adapter (lavapipe in CI)");
+        let model = Model::load(&gguf, Box::new(gpu), &mut |_, _| {}).unwrap();
+        let params = SessionParams {
+            n_ctx: Some(64),
+            n_batch: 64,
+            n_outputs: ROWS,
+            ..SessionParams::default()
+        };
+        let mut s = Session::new(model, params).unwrap();
+        let mut batch = Batch::default();
+        for i in 0..ROWS {
+            batch.push((i * 977 % 49152) as u32, i, 0, true);
+        }
+        let before = s.model().backend_stats();
+        let out = s.decode(&batch).unwrap().to_vec();
+        let submissions = s.model().backend_stats().submissions - before.submissions;
+        (s.n_logit_pieces(), submissions, out)
+    };
+    for exact in [false, true] {
+        let opts = GpuOptions {
+            quantize_activations: exact,
+            ..GpuOptions::default()
+        };
+        let (whole_pieces, _, whole) = logits(opts);
+        let (pieces, submissions, split) = logits(GpuOptions {
+            max_binding_bytes: Some(MODEL_LIMIT),
+            ..opts
+        });
+        assert_eq!(whole_pieces, 1);
+        assert_eq!(pieces, 3, "exact {exact}");
+        assert_eq!(submissions, 1, "exact {exact}: one submission for the pass");
+        assert_eq!(split.len(), whole.len());
+        let differ = split
+            .iter()
+            .zip(&whole)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differ, 0, "exact {exact}: {differ} logits differ");
+    }
+}
+
+/// A row of logits over the limit cannot be split: the session is refused
+/// with the tensor and the limit named, not a panic.
+#[test]
+fn a_logits_row_over_the_binding_limit_is_refused() {
+    use smelt::gguf::GgufFile;
+    use smelt::model::{Model, Session, SessionParams};
+
+    let gguf = GgufFile::open(common::model(common::SMOLLM2)).unwrap();
+    // 49152 logits are 192 KiB; weights split to fit 128 KiB parts.
+    let gpu = GpuBackend::new(&GpuOptions {
+        max_binding_bytes: Some(128 << 10),
+        ..GpuOptions::default()
+    })
+    .unwrap();
+    let model = Model::load(&gguf, Box::new(gpu), &mut |_, _| {}).unwrap();
+    // Buffers small enough for the limit, but for the logits.
+    let params = SessionParams {
+        n_ctx: Some(64),
+        n_batch: 8,
+        ..SessionParams::default()
+    };
+    let err = Session::new(model, params)
+        .err()
+        .expect("a 192 KiB row under a 128 KiB limit");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("1x49152 F32 tensor") && msg.contains("allows 131072"),
+        "{msg}"
+    );
 }

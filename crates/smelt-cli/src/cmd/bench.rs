@@ -140,11 +140,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             s.decode(&Batch::sequence(&tokens, 0, 0))?;
             Ok(args.n_prompt as f64 / start.elapsed().as_secs_f64())
         };
+        let test = format!("pp{}", args.n_prompt);
+        progress(&test, None, args.repetitions);
         run(&mut m.session)?;
         let before = m.session.model().backend_stats();
         let times = m.session.model().backend_op_times();
         let samples = (0..args.repetitions)
-            .map(|_| run(&mut m.session))
+            .map(|i| {
+                let tps = run(&mut m.session)?;
+                progress(&test, Some((i, tps)), args.repetitions);
+                Ok(tps)
+            })
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
         let tokens = args.n_prompt * args.repetitions;
@@ -166,12 +172,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             Ok(n as f64 / start.elapsed().as_secs_f64())
         };
+        let test = format!("tg{}", args.n_gen);
+        progress(&test, None, args.repetitions);
         run(&mut m.session, 1)?;
         let before = m.session.model().backend_stats();
         let times = m.session.model().backend_op_times();
         let host = m.session.host_times();
         let samples = (0..args.repetitions)
-            .map(|_| run(&mut m.session, args.n_gen))
+            .map(|i| {
+                let tps = run(&mut m.session, args.n_gen)?;
+                progress(&test, Some((i, tps)), args.repetitions);
+                Ok(tps)
+            })
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
         let tokens = args.n_gen * args.repetitions;
@@ -256,6 +268,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A line on stderr as each run starts and ends, as llama-bench's
+/// `--progress`: the table comes only at the end. `done`: the repetition
+/// that ended and its tokens per second; `None` for the warm-up.
+fn progress(test: &str, done: Option<(usize, f64)>, repetitions: usize) {
+    match done {
+        None => eprintln!("smelt: {test}: warm-up run"),
+        Some((i, tps)) => eprintln!("smelt: {test}: run {}/{repetitions}: {tps:.2} t/s", i + 1),
+    }
 }
 
 /// Random token ids: any fixed sequence will do, as llama-bench's `rand()`.

@@ -13,9 +13,9 @@ use std::sync::mpsc::{Sender, channel};
 
 use anyhow::Context;
 use smelt::chat::Message;
-use smelt::sample::SamplerParams;
 use smelt::server::{Event, FinishReason, GenRequest, Scheduler, Sink};
 
+use super::sampling::SamplingArgs;
 use crate::engine::{self, EngineArgs};
 
 #[derive(clap::Args)]
@@ -34,17 +34,8 @@ pub struct Args {
     /// the context is full)
     #[arg(short = 'n', long = "max-tokens")]
     max_tokens: Option<usize>,
-    /// Sampling temperature; 0 is greedy
-    #[arg(long = "temp", default_value_t = 0.8)]
-    temperature: f32,
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
 }
 
 /// Tokens kept free for the reply when fitting the history.
@@ -66,17 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         install_ctrl_c();
         eprintln!("smelt chat: /reset clears the history, /exit quits; Ctrl-C stops a reply.");
     }
-    let sampler = SamplerParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        seed: args.seed,
-        ..SamplerParams::default()
-    };
-    sampler
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
+    let sampler = args.sampling.params()?;
     let reserve = args
         .max_tokens
         .unwrap_or(REPLY_RESERVE)
@@ -142,6 +123,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             max_tokens: args.max_tokens,
             sampler: sampler.clone(),
             stop: Vec::new(),
+            logprobs: None,
+            constraint: None,
         };
         STOP.store(false, Ordering::SeqCst);
         GENERATING.store(true, Ordering::SeqCst);
@@ -160,6 +143,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                     stdout.flush()?;
                     reply.push_str(&t);
                 }
+                Event::Logprob(_) => {}
                 Event::Done(u) => {
                     if u.finish == FinishReason::Cancelled {
                         eprint!("\n[stopped]");

@@ -1,7 +1,7 @@
 //! `smelt devices`: every GPU adapter wgpu sees, with what the kernels care
 //! about. The index is what `--device N` selects.
 
-use smelt::backend::gpu::{AdapterReport, adapters, best_hardware};
+use smelt::backend::gpu::{AdapterReport, adapters, best_hardware_of};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,7 +24,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for r in &list {
         print!("{}", text(r));
     }
-    match best_hardware() {
+    match best_hardware_of(&list) {
         Some(r) => println!("--backend auto uses device {} ({})", r.index, r.name),
         None => println!(
             "--backend auto uses the CPU: no hardware GPU (software adapters need --backend gpu or --device N)"

@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use anyhow::Context;
-use smelt::gguf::GgufFile;
 use smelt::quant::GgmlType;
 
 #[derive(clap::Args)]
@@ -18,8 +16,7 @@ pub struct Args {
 const MAX_VALUE_CHARS: usize = 120;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let file = GgufFile::open(&args.model)
-        .with_context(|| format!("cannot open {}", args.model.display()))?;
+    let file = crate::engine::open_gguf(&args.model)?;
     let arch = file.architecture().unwrap_or("(none)");
     let n_params: u64 = file.tensors.iter().map(|t| t.n_elements()).sum();
 

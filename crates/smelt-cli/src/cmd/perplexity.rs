@@ -30,6 +30,10 @@ pub struct Args {
     /// Tokens per chunk
     #[arg(short = 'c', long, default_value_t = 512)]
     ctx: usize,
+    /// At most this many chunks, from the start (default: all), as
+    /// llama-perplexity's --chunks
+    #[arg(long)]
+    chunks: Option<usize>,
     #[command(flatten)]
     backend: BackendArgs,
 }
@@ -39,9 +43,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if n_ctx < 4 {
         bail!("--ctx {n_ctx} is too small to score half of each chunk");
     }
+    if args.chunks == Some(0) {
+        bail!("--chunks 0 scores nothing; ask for at least 1");
+    }
     let text = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let text = String::from_utf8_lossy(&text);
+    // Replacing bad bytes would score text that is not in the file.
+    let text = String::from_utf8(text).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        anyhow::anyhow!(
+            "{} is not valid UTF-8: the bytes at offset {at} are not a character (convert it, e.g. with iconv)",
+            args.file.display()
+        )
+    })?;
     let first = n_ctx / 2;
     let params = SessionParams {
         n_ctx: Some(n_ctx),
@@ -61,7 +75,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             2 * n_ctx
         );
     }
-    let n_chunks = tokens.len() / n_ctx;
+    let n_chunks = (tokens.len() / n_ctx).min(args.chunks.unwrap_or(usize::MAX));
     let vocab = m.session.config().n_vocab;
     eprintln!(
         "smelt: {} tokens, {n_chunks} chunks of {n_ctx}, scoring the second half of each",

@@ -6,8 +6,8 @@ use std::io::{IsTerminal, Write};
 use anyhow::bail;
 use smelt::generate::{GenerateParams, generate};
 use smelt::model::SessionParams;
-use smelt::sample::SamplerParams;
 
+use super::sampling::SamplingArgs;
 use crate::engine::{self, EngineArgs, PerToken};
 
 #[derive(clap::Args)]
@@ -20,24 +20,16 @@ pub struct Args {
     /// Tokens to generate
     #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
     n_predict: usize,
-    /// Sampling temperature; 0 is greedy
-    #[arg(long = "temp", default_value_t = 0.8)]
-    temperature: f32,
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    /// Penalty on the last 64 tokens; 1 is off
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Seed of the sampler (default: from the clock)
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: SamplingArgs,
     /// Stop before this text (repeatable)
     #[arg(long)]
     stop: Vec<String>,
+    /// Print each generated token's log-probability and the N most likely
+    /// tokens' on stderr, one JSON object a line (the model's own, before
+    /// sampling; what the server's `logprobs` gives)
+    #[arg(long, value_name = "N")]
+    logprobs: Option<usize>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -48,18 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.n_predict == 0 {
         bail!("-n 0 asks for no tokens; ask for at least 1");
     }
-    let sampler = SamplerParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        seed: args.seed,
-        ..SamplerParams::default()
-    };
-    sampler
-        .validate()
-        .map_err(|e| anyhow::anyhow!("bad sampling flags: {e}"))?;
+    let sampler = args.sampling.params()?;
 
     let params = SessionParams {
         n_ctx: args.engine.ctx,
@@ -71,6 +52,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_tokens: args.n_predict,
         sampler,
         stop: args.stop,
+        logprobs: args.logprobs,
     };
     let mut stdout = std::io::stdout().lock();
     let before = m.session.model().backend_stats();
@@ -86,6 +68,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     )?;
     if stdout.is_terminal() {
         writeln!(stdout).ok();
+    }
+    for lp in &out.logprobs {
+        eprintln!("{}", logprob_line(&m.tokenizer, lp));
     }
     let t = out.timings;
     eprintln!(
@@ -103,4 +88,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         PerToken::between(before, after, t.gen_tokens).report("generation");
     }
     Ok(())
+}
+
+/// One token's `--logprobs` line: `{"id", "token", "logprob", "top_logprobs":
+/// [{"id", "token", "logprob"}]}`.
+fn logprob_line(
+    tokenizer: &smelt::tokenizer::Tokenizer,
+    lp: &smelt::sample::TokenLogprob,
+) -> String {
+    let entry = |id: u32, logprob: f32| {
+        serde_json::json!({
+            "id": id,
+            "token": String::from_utf8_lossy(&tokenizer.token_to_piece(id)),
+            "logprob": logprob,
+        })
+    };
+    let mut line = entry(lp.token, lp.logprob);
+    line["top_logprobs"] = lp.top.iter().map(|&(id, l)| entry(id, l)).collect();
+    line.to_string()
 }

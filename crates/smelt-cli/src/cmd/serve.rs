@@ -2,9 +2,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use smelt::chat::ChatTemplate;
 
 use crate::engine::{self, EngineArgs};
-use crate::serve::{AppState, serve};
+use crate::serve::{AppState, Limits, Served, Timeouts, serve};
 
 /// Largest request body: far above any prompt that fits a context, far
 /// below what could hurt the machine.
@@ -34,6 +38,29 @@ pub struct Args {
     /// mistral-v7, mistral-v7-tekken or gpt-oss
     #[arg(long = "chat-template", value_name = "NAME")]
     chat_template: Option<String>,
+    /// Use the Jinja chat template in this file instead of the model's
+    /// (its tool-call format is read from it too)
+    #[arg(long, value_name = "FILE", conflicts_with = "chat_template")]
+    chat_template_file: Option<PathBuf>,
+    /// Seconds a client may take from a request's first byte to the end of
+    /// its headers; the connection is closed after
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = seconds)]
+    header_timeout: Duration,
+    /// Seconds a client may take to send a request's body (408 after)
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds)]
+    body_timeout: Duration,
+    /// Seconds a keep-alive connection may wait between requests before it
+    /// is closed
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = seconds)]
+    idle_timeout: Duration,
+}
+
+/// A positive number of seconds, fractions allowed.
+fn seconds(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 1e6 => Ok(Duration::from_secs_f64(x)),
+        _ => Err(format!("{s:?} is not a positive number of seconds")),
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -46,14 +73,34 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         args.chat_template.as_deref(),
     )?;
     let model_id = model_id(&loaded.path);
+    let template = match &args.chat_template_file {
+        None => loaded.template,
+        Some(path) => {
+            let source = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read the chat template {}", path.display()))?;
+            ChatTemplate::new(&source, path.display().to_string())?
+                .with_special_tokens(loaded.template.bos_token(), loaded.template.eos_token())
+        }
+    };
     let scheduler = smelt::server::Scheduler::spawn(loaded.engine, loaded.vocab, args.queue);
     let state = AppState::new(
-        scheduler,
-        loaded.template,
-        loaded.encode,
-        model_id,
-        args.api_key,
-        BODY_LIMIT,
+        Served {
+            scheduler,
+            template,
+            encode: loaded.encode,
+            token_bytes: loaded.token_bytes,
+            grammars: Some(loaded.grammars),
+            model_id,
+        },
+        Limits {
+            api_key: args.api_key,
+            body_limit: BODY_LIMIT,
+            timeouts: Timeouts {
+                header: args.header_timeout,
+                body: args.body_timeout,
+                idle: args.idle_timeout,
+            },
+        },
     );
     serve(state, SocketAddr::new(args.host, args.port))
 }

@@ -6,15 +6,15 @@ use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::ArgGroup;
-use smelt::gguf::GgufFile;
 use smelt::tokenizer::Tokenizer;
 
 #[derive(clap::Args)]
 #[command(group(ArgGroup::new("input").required(true).args(["text", "file", "decode"])))]
 pub struct Args {
-    /// The GGUF file (a model, or a vocabulary-only file)
-    #[arg(long)]
-    model: PathBuf,
+    /// The GGUF file, a model or a vocabulary-only file (default:
+    /// SmolLM2-135M-Instruct Q4_1 in the model cache, fetched on first use)
+    #[arg(short = 'm', long)]
+    model: Option<PathBuf>,
     /// Add BOS/EOS where the model's metadata says to
     #[arg(long, conflicts_with = "decode")]
     add_special: bool,
@@ -33,10 +33,10 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let file = GgufFile::open(&args.model)
-        .with_context(|| format!("cannot open {}", args.model.display()))?;
+    let path = crate::engine::model_path(args.model.as_deref())?;
+    let file = crate::engine::open_gguf(&path)?;
     let tokenizer = Tokenizer::from_gguf(&file)
-        .with_context(|| format!("no usable tokenizer in {}", args.model.display()))?;
+        .with_context(|| format!("no usable tokenizer in {}", path.display()))?;
 
     let mut out = std::io::stdout().lock();
     if let Some(ids) = &args.decode {

@@ -58,6 +58,31 @@ impl ApiError {
         }
     }
 
+    /// 404 for a `model` other than the one loaded, as OpenAI answers.
+    pub fn model_not_found(asked: &str, loaded: &str) -> Self {
+        Self {
+            status: StatusCode::NOT_FOUND,
+            message: format!("the model `{asked}` does not exist; this server runs `{loaded}`"),
+            kind: "invalid_request_error",
+            code: Some("model_not_found"),
+            param: Some("model".into()),
+        }
+    }
+
+    /// 408: the body did not arrive within the body timeout.
+    pub fn timeout(limit: std::time::Duration) -> Self {
+        Self {
+            status: StatusCode::REQUEST_TIMEOUT,
+            message: format!(
+                "the request body did not arrive within {:.1} s",
+                limit.as_secs_f64()
+            ),
+            kind: "invalid_request_error",
+            code: Some("request_timeout"),
+            param: None,
+        }
+    }
+
     pub fn method_not_allowed() -> Self {
         Self {
             status: StatusCode::METHOD_NOT_ALLOWED,
@@ -105,11 +130,18 @@ impl From<SubmitError> for ApiError {
     fn from(e: SubmitError) -> Self {
         let message = e.to_string();
         match e {
-            SubmitError::QueueFull(_) | SubmitError::ShuttingDown => Self {
+            SubmitError::QueueFull(_) => Self {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 message,
                 kind: "server_error",
                 code: Some("server_busy"),
+                param: None,
+            },
+            SubmitError::ShuttingDown => Self {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                message,
+                kind: "server_error",
+                code: Some("shutting_down"),
                 param: None,
             },
             SubmitError::PromptTooLong { .. } => Self {

@@ -3,7 +3,9 @@
 //! thread; the async side only parses, queues and streams.
 
 mod api;
+mod conn;
 mod error;
+mod response;
 mod routes;
 #[cfg(test)]
 mod tests;
@@ -14,54 +16,76 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{Request, State};
 use axum::http::header::AUTHORIZATION;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use smelt::chat::ChatTemplate;
+use smelt::grammar::Grammars;
 use smelt::server::Scheduler;
 
+pub use conn::Timeouts;
 use error::ApiError;
+pub use response::TokenBytes;
 
 /// Turns prompt text into token ids, special tokens parsed and BOS added
 /// as the model wants.
 pub type Encode = Box<dyn Fn(&str) -> Vec<u32> + Send + Sync>;
+
+/// The model a server runs, and how text becomes its tokens and back.
+pub struct Served {
+    pub scheduler: Scheduler,
+    pub template: ChatTemplate,
+    pub encode: Encode,
+    pub token_bytes: TokenBytes,
+    /// Compiles `response_format` and `grammar` for this vocabulary.
+    pub grammars: Option<Arc<Grammars>>,
+    /// The name `/v1/models` lists: the model file's stem.
+    pub model_id: String,
+}
+
+/// What a client may send, and how long it may take.
+pub struct Limits {
+    /// `Authorization: Bearer KEY` on the `/v1` routes, when set.
+    pub api_key: Option<String>,
+    /// Largest request body, in bytes.
+    pub body_limit: usize,
+    pub timeouts: Timeouts,
+}
 
 /// What every handler shares.
 pub struct AppState {
     pub scheduler: Scheduler,
     pub template: ChatTemplate,
     pub encode: Encode,
-    /// The name `/v1/models` lists: the model file's stem.
+    pub token_bytes: TokenBytes,
+    pub grammars: Option<Arc<Grammars>>,
     pub model_id: String,
     pub created: u64,
     pub api_key: Option<String>,
     pub body_limit: usize,
+    pub timeouts: Timeouts,
     ids: AtomicU64,
 }
 
 impl AppState {
-    pub fn new(
-        scheduler: Scheduler,
-        template: ChatTemplate,
-        encode: Encode,
-        model_id: String,
-        api_key: Option<String>,
-        body_limit: usize,
-    ) -> Self {
+    pub fn new(served: Served, limits: Limits) -> Self {
         let created = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         Self {
-            scheduler,
-            template,
-            encode,
-            model_id,
+            scheduler: served.scheduler,
+            template: served.template,
+            encode: served.encode,
+            token_bytes: served.token_bytes,
+            grammars: served.grammars,
+            model_id: served.model_id,
             created,
-            api_key,
-            body_limit,
+            api_key: limits.api_key,
+            body_limit: limits.body_limit,
+            timeouts: limits.timeouts,
             ids: AtomicU64::new(0),
         }
     }
@@ -89,7 +113,6 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(routes::health))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(|| async { ApiError::method_not_allowed() })
-        .layer(DefaultBodyLimit::max(state.body_limit))
         .with_state(state)
 }
 
@@ -99,13 +122,19 @@ async fn auth(State(state): State<Arc<AppState>>, req: Request, next: Next) -> R
             .headers()
             .get(AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(bearer_token);
         if !given.is_some_and(|g| same_secret(g.as_bytes(), key.as_bytes())) {
             return ApiError::unauthorized().into_response();
         }
     }
     next.run(req).await
+}
+
+/// The token of `Bearer TOKEN`; the scheme is case-insensitive (RFC 9110,
+/// section 11.1).
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// Compares without stopping at the first difference, so response times
@@ -115,8 +144,8 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Serves until SIGINT or SIGTERM, then stops taking connections, cancels
-/// running generations (their streams end with an error event) and waits
-/// for open responses to finish.
+/// running generations (their streams end with an error event, waiting
+/// requests get 503) and waits for open responses to finish.
 pub fn serve(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -135,53 +164,31 @@ pub fn serve(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
             state.scheduler.n_slots(),
             state.scheduler.n_ctx()
         );
-        let app = router(Arc::clone(&state));
-        let listener = Closing {
-            listener,
-            _then: CancelOnDrop(Arc::clone(&state)),
-        };
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                shutdown_signal().await;
-                eprintln!("smelt serve: shutting down");
-            })
-            .await
-            .context("serving")
+        serve_on(listener, state, async {
+            shutdown_signal().await;
+            eprintln!("smelt serve: shutting down");
+        })
+        .await;
+        anyhow::Ok(())
     })?;
     eprintln!("smelt serve: stopped");
     Ok(())
 }
 
-/// The server's listener, which cancels the running generations when axum
-/// drops it (on the shutdown signal, as it stops taking connections): a
-/// stream cut short by the shutdown ends only after new connections are
-/// refused. Cancelling in the signal's future raced the listener's close.
-/// Fields drop in order: the socket is closed first.
-struct Closing {
+/// Serves on `listener` until `shutdown` resolves. The listener is closed
+/// before the generations are cancelled, so that a client whose stream was
+/// cut short finds new connections refused.
+pub async fn serve_on(
     listener: tokio::net::TcpListener,
-    _then: CancelOnDrop,
-}
-
-/// Cancels the running generations when dropped.
-struct CancelOnDrop(Arc<AppState>);
-
-impl axum::serve::Listener for Closing {
-    type Io = tokio::net::TcpStream;
-    type Addr = SocketAddr;
-
-    fn accept(&mut self) -> impl Future<Output = (Self::Io, Self::Addr)> + Send {
-        axum::serve::Listener::accept(&mut self.listener)
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.listener.local_addr()
-    }
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        self.0.scheduler.shutdown();
-    }
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()>,
+) {
+    let app = router(Arc::clone(&state));
+    let timeouts = state.timeouts;
+    conn::serve(listener, app, timeouts, shutdown, || {
+        state.scheduler.shutdown()
+    })
+    .await;
 }
 
 async fn shutdown_signal() {

@@ -8,54 +8,90 @@
 //! receiver, which the scheduler sees as a closed sink: it cancels the
 //! generation and frees the slot.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::extract::rejection::BytesRejection;
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, http::Uri};
-use futures::Stream;
 use serde_json::{Value, json};
-use smelt::server::{Event, FinishReason, GenRequest, Sink, Usage};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use smelt::chat::tools;
+use smelt::grammar::GrammarSpec;
+use smelt::server::{Event, GenRequest, Sink};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
 use super::AppState;
-use super::api::{ChatRequest, Checked, CompletionRequest, check_messages};
+use super::api::{ChatRequest, Checked, CompletionRequest, Endpoint, check_messages};
 use super::error::ApiError;
-
-/// The two OpenAI endpoints differ only in how chunks look.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Chat,
-    Completion,
-}
+use super::response::{self, Meta, ToolReading};
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let req: ChatRequest = parse(&state, body)?;
-    let checked = req.params.check()?;
-    let messages = check_messages(&req.messages)?;
+    let req: ChatRequest = parse(&state, body).await?;
+    check_model(&state, req.params.model.as_deref())?;
+    let mut checked = req
+        .params
+        .check(Endpoint::Chat, state.scheduler.n_vocab())?;
+    let tool_use = req.tool_use()?;
+    let mut messages = check_messages(&req.messages)?;
+    let format = state.template.tool_format();
+    let offered = (!tool_use.tools.is_empty()).then(|| Value::Array(tool_use.tools.clone()));
+    tools::prepare_messages(format, &mut messages, offered.as_ref());
     let prompt = state
         .template
-        .render(&messages, true)
+        .render_with_tools(&messages, true, offered.as_ref())
         .map_err(|e| ApiError::bad_param("messages", e.to_string()))?;
-    generate(state, Kind::Chat, &prompt, checked).await
+    if tool_use.required {
+        if checked.grammar.is_some() {
+            return Err(ApiError::bad_param(
+                "tool_choice",
+                "a required tool call cannot also follow response_format or grammar",
+            ));
+        }
+        let grammar = tools::call_grammar(format, &tool_use.tools).ok_or_else(|| {
+            ApiError::bad_param(
+                "tool_choice",
+                format!(
+                    "this model's tool-call format ({format:?}) cannot be required; use \"auto\""
+                ),
+            )
+        })?;
+        checked.grammar = Some(GrammarSpec::Lark(grammar));
+    }
+    let reading = offered.map(|_| ToolReading {
+        format,
+        next_id: Box::new(call_ids(&state)),
+    });
+    generate(state, Endpoint::Chat, &prompt, checked, reading).await
+}
+
+/// Tool-call ids: nine alphanumeric characters, as Mistral's templates
+/// demand, unique within the server's life.
+fn call_ids(state: &AppState) -> impl FnMut() -> String + Send + use<> {
+    let first = state.next_id();
+    let mut n = 0u64;
+    move || {
+        n += 1;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::hash::Hash::hash(&(first.as_str(), n), &mut h);
+        format!("{:09x}", std::hash::Hasher::finish(&h) & 0xf_ffff_ffff)
+    }
 }
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    let req: CompletionRequest = parse(&state, body)?;
-    let checked = req.params.check()?;
+    let req: CompletionRequest = parse(&state, body).await?;
+    check_model(&state, req.params.model.as_deref())?;
+    let checked = req
+        .params
+        .check(Endpoint::Completion, state.scheduler.n_vocab())?;
     let prompt = req.prompt.single()?;
-    generate(state, Kind::Completion, &prompt, checked).await
+    generate(state, Endpoint::Completion, &prompt, checked, None).await
 }
 
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -85,28 +121,90 @@ pub async fn not_found(uri: Uri) -> ApiError {
     ApiError::not_found(uri.path())
 }
 
-/// Parses a JSON body; every failure is a 400 (413 past the size limit)
-/// in OpenAI's shape.
-fn parse<T: serde::de::DeserializeOwned>(
+/// Reads and parses a JSON body within the body timeout. Every failure is
+/// in OpenAI's shape: 408 past the timeout, 413 past the size limit, 400
+/// for a body cut short (fewer bytes than its `Content-Length`) or bad
+/// JSON.
+async fn parse<T: serde::de::DeserializeOwned>(
     state: &AppState,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<T, ApiError> {
-    let body = body.map_err(|e| match e {
-        BytesRejection::FailedToBufferBody(_) => ApiError::too_large(state.body_limit),
-        other => ApiError::bad_request(other.body_text()),
-    })?;
+    let read = axum::body::to_bytes(body, state.body_limit);
+    let body: Bytes = match tokio::time::timeout(state.timeouts.body, read).await {
+        Err(_) => return Err(ApiError::timeout(state.timeouts.body)),
+        Ok(Err(e)) if is_length_limit(&e) => return Err(ApiError::too_large(state.body_limit)),
+        Ok(Err(e)) => {
+            return Err(ApiError::bad_request(format!(
+                "the request body ended early (shorter than its Content-Length) or could not be read: {}",
+                causes(&e)
+            )));
+        }
+        Ok(Ok(body)) => body,
+    };
     serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("invalid JSON body: {e}")))
+}
+
+/// Whether reading a body failed on the size limit.
+fn is_length_limit(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// An error and its causes on one line, each said once.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut parts: Vec<String> = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
+/// A request naming a model must name the one loaded: by its id (what
+/// `/v1/models` lists) or its file name.
+fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        None => Ok(()),
+        Some(m) if m == state.model_id || m == format!("{}.gguf", state.model_id) => Ok(()),
+        Some(m) => Err(ApiError::model_not_found(m, &state.model_id)),
+    }
 }
 
 /// Tokenizes, queues and answers: a stream of SSE chunks, or one JSON
 /// object when the generation is over.
 async fn generate(
     state: Arc<AppState>,
-    kind: Kind,
+    endpoint: Endpoint,
     prompt: &str,
     checked: Checked,
+    tools: Option<ToolReading>,
 ) -> Result<Response, ApiError> {
+    let constraint = match (&checked.grammar, &state.grammars) {
+        (None, _) => None,
+        (Some(spec), Some(grammars)) => Some(grammars.compile(spec).map_err(|e| {
+            let param = match spec {
+                GrammarSpec::Gbnf(_) => "grammar",
+                _ => "response_format",
+            };
+            ApiError::bad_param(param, e.to_string())
+        })?),
+        (Some(_), None) => {
+            return Err(ApiError::bad_request(
+                "this server cannot constrain its output to a grammar",
+            ));
+        }
+    };
     let tokens = (state.encode)(prompt);
     let (tx, rx) = unbounded_channel();
     let req = GenRequest {
@@ -114,26 +212,27 @@ async fn generate(
         max_tokens: checked.max_tokens,
         sampler: checked.sampler,
         stop: checked.stop,
+        logprobs: checked.logprobs,
+        constraint,
     };
     state.scheduler.submit(req, Box::new(ChannelSink(tx)))?;
+    let prefix = match endpoint {
+        Endpoint::Chat => "chatcmpl",
+        Endpoint::Completion => "cmpl",
+    };
     let meta = Meta {
-        id: format!(
-            "{}-{}",
-            if kind == Kind::Chat {
-                "chatcmpl"
-            } else {
-                "cmpl"
-            },
-            state.next_id()
-        ),
+        id: format!("{prefix}-{}", state.next_id()),
         created: unix_now(),
         model: state.model_id.clone(),
-        kind,
+        endpoint,
+        token_bytes: Arc::clone(&state.token_bytes),
+        tools,
     };
+    let logprobs = checked.logprobs.is_some();
     if checked.stream {
-        Ok(stream(meta, rx, checked.include_usage).into_response())
+        Ok(response::stream(meta, rx, checked.include_usage, logprobs).into_response())
     } else {
-        whole(meta, rx).await
+        response::whole(meta, rx, logprobs).await
     }
 }
 
@@ -147,159 +246,6 @@ impl Sink for ChannelSink {
     fn is_closed(&self) -> bool {
         self.0.is_closed()
     }
-}
-
-/// What every chunk and response repeats.
-struct Meta {
-    id: String,
-    created: u64,
-    model: String,
-    kind: Kind,
-}
-
-impl Meta {
-    fn object(&self, chunk: bool) -> &'static str {
-        match (self.kind, chunk) {
-            (Kind::Chat, false) => "chat.completion",
-            (Kind::Chat, true) => "chat.completion.chunk",
-            (Kind::Completion, _) => "text_completion",
-        }
-    }
-
-    fn envelope(&self, chunk: bool, choices: Value) -> Value {
-        json!({
-            "id": self.id,
-            "object": self.object(chunk),
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": "smelt",
-            "choices": choices,
-        })
-    }
-
-    /// A streamed choice carrying `text` (or, for chat, the role first).
-    fn choice(&self, delta: Value, text: Option<&str>, finish: Option<&str>) -> Value {
-        match self.kind {
-            Kind::Chat => {
-                json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}])
-            }
-            Kind::Completion => {
-                json!([{"index": 0, "text": text.unwrap_or(""), "logprobs": null, "finish_reason": finish}])
-            }
-        }
-    }
-}
-
-fn usage_json(u: &Usage) -> Value {
-    json!({
-        "prompt_tokens": u.prompt_tokens,
-        "completion_tokens": u.completion_tokens,
-        "total_tokens": u.prompt_tokens + u.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": u.cached_tokens},
-    })
-}
-
-fn finish_str(f: FinishReason) -> &'static str {
-    match f {
-        FinishReason::Length => "length",
-        _ => "stop",
-    }
-}
-
-/// Waits for the whole generation. If the client leaves, this future is
-/// dropped with the receiver, which cancels the job.
-async fn whole(meta: Meta, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    while let Some(event) = rx.recv().await {
-        match event {
-            Event::Text(t) => text.push_str(&t),
-            Event::Error(e) => return Err(ApiError::internal(e)),
-            Event::Done(u) if u.finish == FinishReason::Cancelled => {
-                return Err(ApiError::from(smelt::server::SubmitError::ShuttingDown));
-            }
-            Event::Done(u) => {
-                let finish = finish_str(u.finish);
-                let choices = match meta.kind {
-                    Kind::Chat => json!([{
-                        "index": 0,
-                        "message": {"role": "assistant", "content": text},
-                        "logprobs": null,
-                        "finish_reason": finish,
-                    }]),
-                    Kind::Completion => json!([{
-                        "index": 0, "text": text, "logprobs": null, "finish_reason": finish,
-                    }]),
-                };
-                let mut body = meta.envelope(false, choices);
-                body["usage"] = usage_json(&u);
-                return Ok(Json(body).into_response());
-            }
-        }
-    }
-    Err(ApiError::internal("the generation ended without a result"))
-}
-
-/// The SSE stream: for chat a first chunk with the role, then a chunk per
-/// piece of text, a last chunk with the finish reason, the usage chunk if
-/// asked for, and `data: [DONE]`.
-fn stream(
-    meta: Meta,
-    rx: UnboundedReceiver<Event>,
-    include_usage: bool,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
-    enum Phase {
-        Start,
-        Body,
-        Usage(Usage),
-        Done,
-        End,
-    }
-    let data = |v: Value| SseEvent::default().data(v.to_string());
-    let stream = futures::stream::unfold(
-        (meta, rx, Phase::Start),
-        move |(meta, mut rx, phase)| async move {
-            let (event, next) = match phase {
-                Phase::End => return None,
-                Phase::Done => (SseEvent::default().data("[DONE]"), Phase::End),
-                Phase::Usage(u) => {
-                    let mut body = meta.envelope(true, json!([]));
-                    body["usage"] = usage_json(&u);
-                    (data(body), Phase::Done)
-                }
-                Phase::Start if meta.kind == Kind::Chat => {
-                    let choices =
-                        meta.choice(json!({"role": "assistant", "content": ""}), None, None);
-                    (data(meta.envelope(true, choices)), Phase::Body)
-                }
-                Phase::Start | Phase::Body => match rx.recv().await {
-                    Some(Event::Text(t)) => {
-                        let choices = meta.choice(json!({"content": t}), Some(&t), None);
-                        (data(meta.envelope(true, choices)), Phase::Body)
-                    }
-                    Some(Event::Done(u)) if u.finish != FinishReason::Cancelled => {
-                        let choices = meta.choice(json!({}), None, Some(finish_str(u.finish)));
-                        let next = if include_usage {
-                            Phase::Usage(u)
-                        } else {
-                            Phase::Done
-                        };
-                        (data(meta.envelope(true, choices)), next)
-                    }
-                    Some(Event::Done(_)) => {
-                        let e = ApiError::from(smelt::server::SubmitError::ShuttingDown);
-                        (data(e.body()), Phase::Done)
-                    }
-                    Some(Event::Error(e)) => (data(ApiError::internal(e).body()), Phase::Done),
-                    None => {
-                        let e = ApiError::internal("the generation ended without a result");
-                        (data(e.body()), Phase::Done)
-                    }
-                },
-            };
-            Some((Ok(event), (meta, rx, next)))
-        },
-    );
-    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 fn unix_now() -> u64 {

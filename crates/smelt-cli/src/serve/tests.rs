@@ -65,10 +65,44 @@ impl Vocab for Bytes {
     }
 }
 
-/// A server on a free loopback port, on its own runtime.
+/// A server on a free loopback port, on its own runtime; `stop` shuts it
+/// down as a signal would.
 struct TestServer {
     addr: SocketAddr,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
     _runtime: tokio::runtime::Runtime,
+}
+
+impl TestServer {
+    /// Shuts down as SIGTERM does and waits (bounded) until the server is
+    /// done.
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+struct Options {
+    slots: usize,
+    queue: usize,
+    n_ctx: usize,
+    delay_ms: u64,
+    api_key: Option<&'static str>,
+    timeouts: Timeouts,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            slots: 1,
+            queue: 4,
+            n_ctx: 64,
+            delay_ms: 0,
+            api_key: None,
+            timeouts: Timeouts::default(),
+        }
+    }
 }
 
 fn start(
@@ -76,21 +110,39 @@ fn start(
     queue: usize,
     n_ctx: usize,
     delay_ms: u64,
-    api_key: Option<&str>,
+    api_key: Option<&'static str>,
 ) -> TestServer {
-    let toy = Toy {
-        lens: vec![0; slots],
+    start_with(Options {
+        slots,
+        queue,
         n_ctx,
+        delay_ms,
+        api_key,
+        ..Options::default()
+    })
+}
+
+fn start_with(o: Options) -> TestServer {
+    let toy = Toy {
+        lens: vec![0; o.slots],
+        n_ctx: o.n_ctx,
         out: Vec::new(),
-        delay: Duration::from_millis(delay_ms),
+        delay: Duration::from_millis(o.delay_ms),
     };
     let state = AppState::new(
-        Scheduler::spawn(toy, Bytes, queue),
-        ChatTemplate::builtin("chatml").unwrap(),
-        Box::new(|s: &str| s.bytes().map(u32::from).collect()),
-        "toy".into(),
-        api_key.map(String::from),
-        1 << 16,
+        Served {
+            scheduler: Scheduler::spawn(toy, Bytes, o.queue),
+            template: ChatTemplate::builtin("chatml").unwrap(),
+            encode: Box::new(|s: &str| s.bytes().map(u32::from).collect()),
+            token_bytes: Arc::new(|id| vec![id as u8]),
+            grammars: None,
+            model_id: "toy".into(),
+        },
+        Limits {
+            api_key: o.api_key.map(String::from),
+            body_limit: 1 << 16,
+            timeouts: o.timeouts,
+        },
     );
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -101,9 +153,13 @@ fn start(
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    runtime.spawn(async move { axum::serve(listener, router(Arc::new(state))).await });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    runtime.spawn(serve_on(listener, Arc::new(state), async move {
+        let _ = stopped.await;
+    }));
     TestServer {
         addr,
+        stop: Some(stop),
         _runtime: runtime,
     }
 }
@@ -288,4 +344,194 @@ fn full_queue_is_503_and_a_disconnect_frees_the_slot() {
         &json!({"prompt": "hi", "max_tokens": 1}),
     );
     assert_eq!(status, 200);
+}
+
+// ---- issue 27: timeouts, short bodies, shutdown, models, messages ----
+
+fn short_timeouts() -> Timeouts {
+    Timeouts {
+        header: Duration::from_millis(400),
+        body: Duration::from_millis(400),
+        idle: Duration::from_millis(1500),
+    }
+}
+
+/// Reads until the server closes the connection; returns what came and
+/// when the connection closed.
+fn read_until_closed(s: &mut TcpStream) -> (String, Duration) {
+    let t = Instant::now();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            // A reset is a close too.
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("the server kept the connection open: {e}"),
+        }
+    }
+    (String::from_utf8_lossy(&raw).into_owned(), t.elapsed())
+}
+
+#[test]
+fn idle_connections_are_closed_after_the_idle_timeout() {
+    let s = start_with(Options {
+        timeouts: short_timeouts(),
+        ..Options::default()
+    });
+    // Nothing sent: idle, not a header in progress.
+    let mut idle = TcpStream::connect(s.addr).unwrap();
+    let (got, after) = read_until_closed(&mut idle);
+    assert_eq!(got, "");
+    assert!(
+        after >= Duration::from_millis(1300) && after < Duration::from_secs(5),
+        "{after:?}"
+    );
+    // Kept alive after a response: idle again, closed the same way.
+    let mut kept = TcpStream::connect(s.addr).unwrap();
+    kept.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let (got, after) = read_until_closed(&mut kept);
+    assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    assert!(after >= Duration::from_millis(1300), "{after:?}");
+}
+
+#[test]
+fn partial_headers_are_cut_at_the_header_timeout() {
+    let s = start_with(Options {
+        timeouts: short_timeouts(),
+        ..Options::default()
+    });
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let (_, after) = read_until_closed(&mut c);
+    assert!(after < Duration::from_millis(1300), "{after:?}");
+}
+
+#[test]
+fn a_slow_body_gets_408_and_a_short_one_400() {
+    let s = start_with(Options {
+        timeouts: short_timeouts(),
+        ..Options::default()
+    });
+    let head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n";
+    // Ten bytes of a hundred, then silence.
+    let mut slow = TcpStream::connect(s.addr).unwrap();
+    slow.write_all(format!("{head}{{\"prompt\":").as_bytes())
+        .unwrap();
+    let (got, after) = read_until_closed(&mut slow);
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("request_timeout"), "{got}");
+    assert!(after < Duration::from_secs(3), "{after:?}");
+    // Ten bytes, then the end of the stream: the body is short.
+    let mut short = TcpStream::connect(s.addr).unwrap();
+    short
+        .write_all(format!("{head}{{\"prompt\":").as_bytes())
+        .unwrap();
+    short.shutdown(std::net::Shutdown::Write).unwrap();
+    let (got, _) = read_until_closed(&mut short);
+    assert!(got.starts_with("HTTP/1.1 400"), "{got}");
+    assert!(got.contains("ended early"), "{got}");
+}
+
+#[test]
+fn queued_requests_get_503_at_shutdown() {
+    let mut s = start(1, 4, 1 << 20, 2, None);
+    let a = s.addr;
+    let endless = json!({"prompt": "go", "stream": true}).to_string();
+    let mut running = send(a, "POST", "/v1/completions", "", &endless);
+    let mut buf = [0u8; 64];
+    let n = running.read(&mut buf).unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    let mut waiting = send(
+        a,
+        "POST",
+        "/v1/completions",
+        "",
+        &json!({"prompt": "hi", "max_tokens": 4}).to_string(),
+    );
+    let health =
+        || -> Value { serde_json::from_str(&request(a, "GET", "/health", "", "").1).unwrap() };
+    let t = Instant::now();
+    while health()["requests_waiting"] != 1 {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    s.shut_down();
+    let (got, _) = read_until_closed(&mut waiting);
+    assert!(got.starts_with("HTTP/1.1 503"), "{got}");
+    assert!(got.contains("shutting down"), "{got}");
+    let (stream, _) = read_until_closed(&mut running);
+    assert!(stream.contains("shutting down"), "{stream}");
+}
+
+#[test]
+fn other_model_names_get_404() {
+    let s = start(1, 4, 64, 0, None);
+    for path in ["/v1/completions", "/v1/chat/completions"] {
+        let body = json!({"model": "gpt-4o", "prompt": "hi", "max_tokens": 1,
+            "messages": [{"role": "user", "content": "hi"}]});
+        let e = openai_error(404, post(s.addr, path, &body));
+        assert_eq!(e["error"]["code"], "model_not_found", "{e}");
+        let mut body = body;
+        body["model"] = json!("toy");
+        assert_eq!(post(s.addr, path, &body).0, 200, "{path}");
+    }
+}
+
+#[test]
+fn messages_need_a_known_role_and_content() {
+    let s = start(1, 4, 256, 0, None);
+    let chat = |messages: Value| {
+        post(
+            s.addr,
+            "/v1/chat/completions",
+            &json!({"messages": messages, "max_tokens": 1}),
+        )
+    };
+    for bad in [
+        json!([{"role": "wizard", "content": "hi"}]),
+        json!([{"role": "user"}]),
+        json!([{"role": "user", "content": null}]),
+        json!([{"role": "user", "content": "hi"}, {"role": "assistant"}]),
+    ] {
+        let e = openai_error(400, chat(bad.clone()));
+        assert!(
+            e["error"]["param"]
+                .as_str()
+                .unwrap()
+                .starts_with("messages["),
+            "{e}"
+        );
+    }
+    // An assistant turn of tool calls alone has no content, rightly.
+    let calls = json!([{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "42"}]);
+    assert_eq!(chat(calls).0, 200);
+}
+
+#[test]
+fn the_bearer_scheme_is_case_insensitive() {
+    let s = start(1, 4, 64, 0, Some("k"));
+    for header in ["Bearer k", "bearer k", "BEARER  k"] {
+        let h = format!("Authorization: {header}\r\n");
+        assert_eq!(
+            request(s.addr, "GET", "/v1/models", &h, "").0,
+            200,
+            "{header}"
+        );
+    }
+    for header in ["Basic k", "k", "Bearerk"] {
+        let h = format!("Authorization: {header}\r\n");
+        assert_eq!(
+            request(s.addr, "GET", "/v1/models", &h, "").0,
+            401,
+            "{header}"
+        );
+    }
 }

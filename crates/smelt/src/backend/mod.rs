@@ -258,6 +258,27 @@ pub trait Backend: Send {
     /// waits: the one sync point of a step.
     fn read(&mut self, t: Tensor, out: &mut [u8]) -> Result<()>;
 
+    /// [`Backend::read`] of several tensors, their bytes one after another
+    /// in `out` (whose length is their sum): a result kept in pieces, each
+    /// under the largest tensor ([`Caps::max_tensor_bytes`]), read back
+    /// with one sync. This default reads them one by one.
+    fn read_all(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
+        let total: usize = ts.iter().map(Tensor::n_bytes).sum();
+        if total != out.len() {
+            return Err(BackendError::Other(format!(
+                "read of {total} bytes into {} bytes",
+                out.len()
+            )));
+        }
+        let mut rest = out;
+        for &t in ts {
+            let (part, tail) = rest.split_at_mut(t.n_bytes());
+            self.read(t, part)?;
+            rest = tail;
+        }
+        Ok(())
+    }
+
     /// Submits everything recorded and waits for it.
     fn synchronize(&mut self) -> Result<()>;
 

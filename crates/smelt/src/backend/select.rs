@@ -1,20 +1,24 @@
-//! Choosing a backend: `auto`, `gpu` or `cpu`, as `--backend` and
-//! `--device` say on the command line.
+//! Choosing a backend: `auto`, `gpu` or `cpu`, as `--backend`, `--device`
+//! and `--exact` say on the command line.
 //!
-//! - [`auto`] uses the best *hardware* GPU (discrete, then integrated) and
-//!   falls back to the CPU, saying so on stderr. Software adapters
-//!   (lavapipe, llvmpipe, WARP) are never picked automatically: they are
-//!   slower than the CPU backend.
+//! - [`auto`] (the default) uses the best *hardware* GPU (discrete, then
+//!   integrated) and falls back to the CPU; [`choose`] says which, for the
+//!   one line a command prints. Software adapters (lavapipe, llvmpipe,
+//!   WARP) are never picked automatically: they are slower than the CPU
+//!   backend.
 //! - [`gpu`] uses the GPU it is given (`--device N` from `smelt devices`), or
 //!   the best adapter, software ones included; it fails rather than fall
 //!   back.
 //! - [`cpu`] is the CPU backend on `threads` threads (default: the physical
 //!   cores); `cpu-ref` its plain reference ops, for checking.
+//!
+//! The GPU runs in its fast mode unless asked for the exact one
+//! ([`GpuOptions::exact`], `--exact`: ggml's arithmetic bit for bit).
 
 use std::str::FromStr;
 
 use super::cpu::CpuBackend;
-use super::gpu::{GpuBackend, GpuOptions, best_hardware};
+use super::gpu::{GpuBackend, GpuOptions, adapters, best_hardware_of};
 use super::{Backend, BackendError, Result};
 
 /// `--backend`.
@@ -43,26 +47,72 @@ impl FromStr for BackendKind {
     }
 }
 
-/// The best hardware GPU, else the CPU (with a note on stderr).
-pub fn auto(threads: Option<usize>) -> Result<Box<dyn Backend>> {
-    auto_with(threads, &GpuOptions::default())
+/// What [`choose`] picked, for the one line a command prints about it
+/// (`smelt: {choice}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// A GPU adapter: its index in [`adapters`](super::gpu::adapters)
+    /// (`smelt devices`), name and API, and the arithmetic.
+    Gpu {
+        index: usize,
+        name: String,
+        api: String,
+        exact: bool,
+    },
+    /// The fast CPU backend. `fallback` says why `auto` took it: no
+    /// hardware GPU, or the one it found would not open.
+    Cpu {
+        threads: usize,
+        exact: bool,
+        fallback: Option<String>,
+    },
+    /// The CPU reference ops.
+    CpuRef,
 }
 
-/// [`auto`] with the GPU options `base` (its `device` is ignored).
-fn auto_with(threads: Option<usize>, base: &GpuOptions) -> Result<Box<dyn Backend>> {
-    match best_hardware() {
-        Some(r) => gpu(&GpuOptions {
-            device: Some(r.index),
-            ..*base
-        }),
-        None => {
-            eprintln!(
-                "smelt: no hardware GPU found; using the CPU backend \
-                 (`smelt devices` lists adapters; --backend gpu uses a software one)"
-            );
-            cpu(threads)
+impl std::fmt::Display for Choice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mode = |exact: bool| if exact { "exact" } else { "fast" };
+        match self {
+            Self::Gpu {
+                index,
+                name,
+                api,
+                exact,
+            } => write!(
+                f,
+                "using GPU {index} ({name}, {api}) in {} mode",
+                mode(*exact)
+            ),
+            Self::Cpu {
+                threads,
+                exact,
+                fallback,
+            } => {
+                if let Some(why) = fallback {
+                    write!(f, "{why}; ")?;
+                }
+                let s = if *threads == 1 { "" } else { "s" };
+                write!(f, "using the CPU ({threads} thread{s})")?;
+                if *exact {
+                    write!(f, " in exact mode")?;
+                }
+                Ok(())
+            }
+            Self::CpuRef => write!(f, "using the CPU reference ops (slow; for checking)"),
         }
     }
+}
+
+/// A backend and what it is.
+pub struct Chosen {
+    pub backend: Box<dyn Backend>,
+    pub choice: Choice,
+}
+
+/// The best hardware GPU, else the CPU. [`choose`] says which.
+pub fn auto(threads: Option<usize>) -> Result<Box<dyn Backend>> {
+    select(BackendKind::Auto, None, threads)
 }
 
 /// The same choices on the trait object, for library users:
@@ -92,39 +142,119 @@ pub fn gpu(opts: &GpuOptions) -> Result<Box<dyn Backend>> {
 
 /// The fast CPU backend on `threads` threads (default: the physical cores).
 pub fn cpu(threads: Option<usize>) -> Result<Box<dyn Backend>> {
+    Ok(cpu_backend(threads, false)?.0)
+}
+
+/// The CPU backend, exact or not, and its threads.
+fn cpu_backend(threads: Option<usize>, exact: bool) -> Result<(Box<dyn Backend>, usize)> {
     let n = threads.unwrap_or_else(super::cpu::default_threads);
     if n == 0 {
         return Err(BackendError::Other("--threads must be at least 1".into()));
     }
-    Ok(Box::new(CpuBackend::new(n)?))
+    let b = if exact {
+        CpuBackend::new_exact(n)?
+    } else {
+        CpuBackend::new(n)?
+    };
+    Ok((Box::new(b), n))
 }
 
-/// What `--backend KIND [--device N] [--threads N]` asks for. A device
-/// index implies the GPU; with a CPU backend it is an error. `threads`
-/// sizes the CPU backend's pool.
+/// What `--backend KIND [--device N] [--threads N]` asks for, in the GPU's
+/// default (fast) mode. A device index implies the GPU; with a CPU backend
+/// it is an error. `threads` sizes the CPU backend's pool.
 pub fn select(
     kind: BackendKind,
     device: Option<usize>,
     threads: Option<usize>,
 ) -> Result<Box<dyn Backend>> {
-    select_with(kind, device, threads, &GpuOptions::default())
+    Ok(choose(kind, device, threads, &GpuOptions::default())?.backend)
 }
 
-/// [`select`] with the GPU options `base` (`--gpu-f32-acts`), its
-/// `device` replaced by `device`.
-pub fn select_with(
+/// [`select`] with the GPU options `base` (its `device` replaced by
+/// `device`), and what was chosen. `base.quantize_activations` (`--exact`)
+/// makes the CPU backend exact too ([`CpuBackend::new_exact`]).
+///
+/// `auto` lists the adapters once and opens the best hardware GPU from
+/// that list; software adapters (lavapipe, llvmpipe, WARP) are never picked
+/// by it, being slower than the CPU backend. Where there is no hardware
+/// GPU, or it does not open, it takes the CPU, and the choice says why.
+pub fn choose(
     kind: BackendKind,
     device: Option<usize>,
     threads: Option<usize>,
     base: &GpuOptions,
-) -> Result<Box<dyn Backend>> {
+) -> Result<Chosen> {
+    let exact = base.quantize_activations;
     match (kind, device) {
         (BackendKind::Cpu | BackendKind::CpuRef, Some(_)) => Err(BackendError::Other(
             "--device selects a GPU; it cannot go with a CPU backend".into(),
         )),
-        (BackendKind::Cpu, None) => cpu(threads),
-        (BackendKind::CpuRef, None) => Ok(Box::new(CpuBackend::reference())),
-        (BackendKind::Auto, None) => auto_with(threads, base),
-        (_, device) => gpu(&GpuOptions { device, ..*base }),
+        (BackendKind::Cpu, None) => {
+            let (backend, threads) = cpu_backend(threads, exact)?;
+            Ok(Chosen {
+                backend,
+                choice: Choice::Cpu {
+                    threads,
+                    exact,
+                    fallback: None,
+                },
+            })
+        }
+        (BackendKind::CpuRef, None) => Ok(Chosen {
+            backend: Box::new(CpuBackend::reference()),
+            choice: Choice::CpuRef,
+        }),
+        (BackendKind::Auto, None) => {
+            let list = adapters();
+            let fallback = match best_hardware_of(list.iter().map(|(r, _)| r)) {
+                None => "no hardware GPU".to_string(),
+                Some(r) => {
+                    let (index, name) = (r.index, r.name.clone());
+                    let opts = GpuOptions {
+                        device: Some(index),
+                        ..*base
+                    };
+                    match GpuBackend::new_in(list, &opts) {
+                        Ok(g) => return Ok(gpu_chosen(g)),
+                        Err(e) => format!("GPU {index} ({name}) did not open: {e}"),
+                    }
+                }
+            };
+            let (backend, threads) = cpu_backend(threads, exact)?;
+            Ok(Chosen {
+                backend,
+                choice: Choice::Cpu {
+                    threads,
+                    exact,
+                    fallback: Some(fallback),
+                },
+            })
+        }
+        (_, device) => {
+            let opts = GpuOptions { device, ..*base };
+            match GpuBackend::new(&opts) {
+                Ok(g) => Ok(gpu_chosen(g)),
+                // Asked for by name, the GPU is never swapped for the CPU:
+                // the error says how to get it.
+                Err(BackendError::NoAdapter(why)) => Err(BackendError::NoAdapter(format!(
+                    "{why} (--backend auto or --backend cpu runs on the CPU)"
+                ))),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+fn gpu_chosen(g: GpuBackend) -> Chosen {
+    let r = g.adapter();
+    let choice = Choice::Gpu {
+        index: r.index,
+        name: r.name.clone(),
+        api: r.backend.clone(),
+        exact: g.exact(),
+    };
+    Chosen {
+        backend: Box::new(g),
+        choice,
     }
 }

@@ -12,6 +12,7 @@
 mod builtin;
 mod pyfmt;
 mod strftime;
+pub mod tools;
 
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, Error, ErrorKind, State};
@@ -195,18 +196,37 @@ impl ChatTemplate {
         messages: &M,
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, add_generation_prompt, None)
+    }
+
+    /// [`ChatTemplate::render`] with OpenAI's `tools` list, which the
+    /// template sees as `tools` (undefined when `None`, as when Hugging
+    /// Face's `apply_chat_template` is given none).
+    pub fn render_with_tools<M: Serialize + ?Sized>(
+        &self,
+        messages: &M,
+        add_generation_prompt: bool,
+        tools: Option<&serde_json::Value>,
+    ) -> Result<String, ChatError> {
         let render_err = |e: Error| ChatError::Render {
             origin: self.origin.clone(),
             message: describe(&e),
         };
         let template = self.env.get_template(TEMPLATE_NAME).map_err(render_err)?;
-        let ctx = minijinja::context! {
-            messages => Value::from_serialize(messages),
-            add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token.as_str(),
-            eos_token => self.eos_token.as_str(),
-        };
+        let mut ctx = std::collections::BTreeMap::new();
+        ctx.insert("messages", Value::from_serialize(messages));
+        ctx.insert("add_generation_prompt", Value::from(add_generation_prompt));
+        ctx.insert("bos_token", Value::from(self.bos_token.as_str()));
+        ctx.insert("eos_token", Value::from(self.eos_token.as_str()));
+        if let Some(tools) = tools {
+            ctx.insert("tools", Value::from_serialize(tools));
+        }
         template.render(ctx).map_err(render_err)
+    }
+
+    /// How this template's model writes tool calls.
+    pub fn tool_format(&self) -> tools::ToolFormat {
+        tools::ToolFormat::detect(&self.source)
     }
 }
 

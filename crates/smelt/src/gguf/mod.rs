@@ -25,10 +25,17 @@ pub const MAX_DIMS: usize = 4;
 /// absolute file offset where the bad field starts.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("cannot read {path}: {source}")]
+    /// The cause is part of the message, not a `source()`, so that error
+    /// chains print it once.
+    #[error("cannot read {path}: {cause}")]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        cause: std::io::Error,
+    },
+    #[error("cannot write {path}: {cause}")]
+    Write {
+        path: PathBuf,
+        cause: std::io::Error,
     },
     #[error("not a GGUF file: it starts with \"{}\", not \"GGUF\"", found.escape_ascii())]
     BadMagic { found: [u8; 4] },
@@ -126,10 +133,17 @@ impl GgufFile {
     /// data is not read until used.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io {
+        let io = |cause| GgufError::Io {
             path: path.clone(),
-            source,
+            cause,
         };
+        // Mapping a directory fails with "No such device".
+        if path.is_dir() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "it is a directory, not a GGUF file",
+            )));
+        }
         let file = File::open(&path).map_err(io)?;
         // SAFETY: the map is read-only and private to this process. If
         // another process truncates or rewrites the file while it is mapped,

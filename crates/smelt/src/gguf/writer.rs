@@ -245,9 +245,9 @@ impl GgufWriter {
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
-        result.map_err(|source| GgufError::Io {
+        result.map_err(|cause| GgufError::Write {
             path: path.to_path_buf(),
-            source,
+            cause,
         })
     }
 }

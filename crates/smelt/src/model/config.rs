@@ -170,6 +170,7 @@ impl Config {
             attn_scale: 1.0 / (head_dim as f32).sqrt(),
         };
         c.validate(&key)?;
+        c.check_file(h, &key)?;
         c.swa_layers = vec![false; c.n_layer];
         if arch == Arch::Gemma3 {
             c.gemma3(h, &key)?;
@@ -234,11 +235,11 @@ impl Config {
                 ),
             ));
         }
-        if self.n_rot > self.head_dim || !self.n_rot.is_multiple_of(2) {
+        if self.n_rot == 0 || self.n_rot > self.head_dim || !self.n_rot.is_multiple_of(2) {
             return Err(bad(
                 &key("rope.dimension_count"),
                 &format!(
-                    "{} must be even and at most the head size {}",
+                    "is {}; it must be even, positive and at most the head size {}",
                     self.n_rot, self.head_dim
                 ),
             ));
@@ -251,6 +252,44 @@ impl Config {
                 &key("attention.layer_norm_rms_epsilon"),
                 "must be a non-negative number",
             ));
+        }
+        Ok(())
+    }
+
+    /// What the metadata says against what the file holds: no layer
+    /// tensor past `block_count` (its weights would be ignored), and
+    /// BOS/EOS ids inside the vocabulary (the tokenizer would otherwise
+    /// fall back to a default id silently).
+    fn check_file(&self, h: &Header, key: &dyn Fn(&str) -> String) -> Result<(), ModelError> {
+        let past = h.tensors.iter().find_map(|t| {
+            let layer: usize = t
+                .name
+                .strip_prefix("blk.")?
+                .split('.')
+                .next()?
+                .parse()
+                .ok()?;
+            (layer >= self.n_layer).then_some(&t.name)
+        });
+        if let Some(name) = past {
+            return Err(bad(
+                &key("block_count"),
+                &format!(
+                    "is {}, but the file has tensor {name:?}: the count is smaller than the tensors",
+                    self.n_layer
+                ),
+            ));
+        }
+        for which in ["bos", "eos"] {
+            let k = format!("tokenizer.ggml.{which}_token_id");
+            if let Some(id) = h.get(&k).and_then(|v| v.as_i128())
+                && !(0..self.n_vocab as i128).contains(&id)
+            {
+                return Err(bad(
+                    &k,
+                    &format!("is {id}, outside the vocabulary of {} tokens", self.n_vocab),
+                ));
+            }
         }
         Ok(())
     }

@@ -205,6 +205,5 @@ pub fn forward(
     }
     let (xo, h) = (a.x_out.with_rows(n_out), a.h.with_rows(n_out));
     b.rms_norm(xo, Some(w.output_norm), c.rms_eps, h)?;
-    b.matmul(w.output, h, a.logits.with_rows(n_out))?;
-    Ok(())
+    a.logits.project(b, w.output, h)
 }

@@ -10,6 +10,16 @@ use super::ModelError;
 use crate::backend::{Backend, Tensor};
 use crate::quant::GgmlType;
 
+/// Bytes of the K and V buffers of every layer for `n_slots × n_ctx`
+/// positions; `None` past `u64`.
+pub fn bytes(config: &super::Config, n_ctx: usize, n_slots: usize, dtype: GgmlType) -> Option<u64> {
+    let rows = (n_ctx as u64).checked_mul(n_slots as u64)?;
+    let row = dtype.row_bytes(config.kv_dim())? as u64;
+    rows.checked_mul(row)?
+        .checked_mul(2)?
+        .checked_mul(config.n_layer as u64)
+}
+
 pub struct KvCache {
     /// Per layer: `(n_slots · n_ctx) × kv_dim`, F16 or F32.
     pub k: Vec<Tensor>,

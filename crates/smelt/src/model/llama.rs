@@ -18,6 +18,7 @@
 //! Legend: `B` rows per step (at most `n_batch`), `O` output rows, `E`
 //! `n_embd`, `F` `n_ff`, `H`/`Hkv` query/KV heads of `hd` values, `V` vocab.
 
+use super::output::Logits;
 use super::{Config, ModelError, kv_cache::KvCache};
 use crate::backend::{AttentionParams, Backend, Op, RopeMode, RopeParams, Tensor, WeightInput};
 use crate::gguf::GgufFile;
@@ -265,7 +266,7 @@ pub struct Activations {
     pub up: Tensor,      // B × F
     pub act: Tensor,     // B × F: act(gate) · up
     pub x_out: Tensor,   // O × E: the residual of the output rows
-    pub logits: Tensor,  // O × V
+    pub logits: Logits,  // O × V, in pieces that fit the backend
 }
 
 impl Activations {
@@ -294,7 +295,7 @@ impl Activations {
             up: b.alloc(f32_, n_batch, c.n_ff)?,
             act: b.alloc(f32_, n_batch, c.n_ff)?,
             x_out: b.alloc(f32_, n_outputs, c.n_embd)?,
-            logits: b.alloc(f32_, n_outputs, c.n_vocab)?,
+            logits: Logits::new(b, n_outputs, c.n_embd, c.n_vocab)?,
         })
     }
 }
@@ -383,6 +384,5 @@ pub fn forward(
     }
     let (xo, h) = (a.x_out.with_rows(n_out), a.h.with_rows(n_out));
     b.rms_norm(xo, Some(w.output_norm), c.rms_eps, h)?;
-    b.matmul(w.output, h, a.logits.with_rows(n_out))?;
-    Ok(())
+    a.logits.project(b, w.output, h)
 }

@@ -14,6 +14,7 @@ pub mod config;
 pub mod gemma3;
 pub mod kv_cache;
 pub mod llama;
+pub mod output;
 
 use std::time::{Duration, Instant};
 
@@ -236,7 +237,11 @@ impl Session {
                     c.n_ctx_train
                 )));
             }
-            Some(0) => return Err(ModelError::Param("a context of 0".into())),
+            Some(0) => {
+                return Err(ModelError::Param(
+                    "a context of 0 positions holds no token; it must be at least 1".into(),
+                ));
+            }
             Some(n) => n,
             None => c.n_ctx_train.min(DEFAULT_MAX_CTX),
         };
@@ -283,6 +288,13 @@ impl Session {
 
     pub fn params(&self) -> &SessionParams {
         &self.params
+    }
+
+    /// How many tensors the logits are kept in: more than one where
+    /// `n_outputs` rows of them are more than the backend's largest tensor
+    /// (see [`output`]).
+    pub fn n_logit_pieces(&self) -> usize {
+        self.act.logits.n_pieces()
     }
 
     /// Host time spent in `decode` so far.
@@ -424,7 +436,8 @@ impl Session {
         if n_out > 0 {
             let vocab = self.model.config.n_vocab;
             let dst = &mut self.logits[out_done * vocab..(out_done + n_out) * vocab];
-            b.read(a.logits.with_rows(n_out), bytemuck::cast_slice_mut(dst))?;
+            let pieces: Vec<_> = a.logits.views(n_out).collect();
+            b.read_all(&pieces, bytemuck::cast_slice_mut(dst))?;
         }
         self.host.recording += recorded - start;
         self.host.finishing += recorded.elapsed();

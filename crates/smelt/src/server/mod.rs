@@ -19,7 +19,8 @@ mod text;
 pub use scheduler::{Scheduler, SubmitError};
 pub use text::{StopMatcher, StopScan, Utf8Stream};
 
-use crate::sample::SamplerParams;
+use crate::grammar::Constraint;
+use crate::sample::{SamplerParams, TokenLogprob};
 
 /// One row of a forward pass: the model's batch row.
 pub use crate::model::BatchRow as Row;
@@ -89,6 +90,12 @@ pub struct GenRequest {
     pub sampler: SamplerParams,
     /// Generation ends before the first of these; it is not returned.
     pub stop: Vec<String>,
+    /// `Some(n)`: each sampled token's log-probability is sent
+    /// ([`Event::Logprob`]), with the `n` most likely tokens'.
+    pub logprobs: Option<usize>,
+    /// A grammar the output must match: tokens it does not allow are
+    /// masked out before sampling.
+    pub constraint: Option<Constraint>,
 }
 
 /// Why a generation ended.
@@ -113,11 +120,13 @@ impl FinishReason {
     }
 }
 
-/// What a sink receives, in order: any number of `Text`, then one `Done` or
+/// What a sink receives, in order: any number of `Text` (and, when asked
+/// for, a `Logprob` per token before the text it adds), then one `Done` or
 /// one `Error`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
     Text(String),
+    Logprob(TokenLogprob),
     Done(Usage),
     Error(String),
 }

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 
 use super::text::{StopMatcher, StopScan, Utf8Stream};
 use super::{Engine, Event, FinishReason, GenRequest, Row, Sink, Usage, Vocab};
-use crate::sample::Sampler;
+use crate::sample::{Sampler, TokenLogprob, logprobs};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SubmitError {
@@ -40,6 +40,7 @@ pub struct Scheduler {
     thread: Option<JoinHandle<()>>,
     n_ctx: usize,
     n_slots: usize,
+    n_vocab: usize,
 }
 
 struct Shared {
@@ -78,7 +79,7 @@ impl Scheduler {
             }),
             wake: Condvar::new(),
         });
-        let (n_ctx, n_slots) = (engine.n_ctx(), engine.n_slots());
+        let (n_ctx, n_slots, n_vocab) = (engine.n_ctx(), engine.n_slots(), engine.n_vocab());
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -91,6 +92,7 @@ impl Scheduler {
             thread: Some(thread),
             n_ctx,
             n_slots,
+            n_vocab,
         }
     }
 
@@ -101,6 +103,11 @@ impl Scheduler {
 
     pub fn n_slots(&self) -> usize {
         self.n_slots
+    }
+
+    /// Tokens in the vocabulary: ids are below this.
+    pub fn n_vocab(&self) -> usize {
+        self.n_vocab
     }
 
     /// Checks a request and queues it. Events go to `sink` from the
@@ -246,9 +253,10 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
         let mut q = lock(&shared.queue);
         loop {
             if q.shutdown {
+                // Cancelled, not failed: the server answers 503, as it
+                // does to requests that come after the shutdown.
                 for mut job in q.waiting.drain(..) {
-                    job.sink
-                        .send(Event::Error("the server is shutting down".into()));
+                    cancel_waiting(&mut job);
                 }
                 return false;
             }
@@ -256,12 +264,7 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
             q.waiting.retain_mut(|j| {
                 let closed = j.sink.is_closed();
                 if closed {
-                    j.sink.send(Event::Done(Usage {
-                        finish: FinishReason::Cancelled,
-                        prompt_tokens: j.req.prompt.len(),
-                        completion_tokens: 0,
-                        cached_tokens: 0,
-                    }));
+                    cancel_waiting(j);
                 }
                 !closed
             });
@@ -399,10 +402,27 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
             self.logits
                 .extend_from_slice(&out[out_row * vocab..(out_row + 1) * vocab]);
             out_row += 1;
+            if let Some(c) = &mut s.job.req.constraint
+                && let Err(e) = c.mask(&mut self.logits)
+            {
+                done.push((i, Err(format!("constrained decoding failed: {e}"))));
+                continue;
+            }
             let token = s.sampler.sample(&mut self.logits, &s.generated);
+            if let Some(c) = &mut s.job.req.constraint
+                && !self.vocab.is_eog(token)
+                && let Err(e) = c.accept(token)
+            {
+                done.push((i, Err(format!("constrained decoding failed: {e}"))));
+                continue;
+            }
+            let logprob = s.job.req.logprobs.map(|n| {
+                let raw = &out[(out_row - 1) * vocab..out_row * vocab];
+                logprobs(raw, token, n)
+            });
             let pos = self.slots[s.slot].tokens.len();
-            if let Some(finish) = advance(s, token, &self.vocab, pos, n_ctx) {
-                done.push((i, finish));
+            if let Some(finish) = advance(s, token, logprob, &self.vocab, pos, n_ctx) {
+                done.push((i, Ok(finish)));
             }
         }
         done.sort_by_key(|&(i, _)| std::cmp::Reverse(i));
@@ -413,9 +433,13 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
         // The slots count as free before anyone hears the generation is
         // over, so a client that submits again at once finds room.
         lock(&self.shared.queue).active = self.seqs.len();
-        for (s, finish) in finished {
-            if let Some(finish) = finish {
-                finish_done(s, finish);
+        for (mut s, finish) in finished {
+            match finish {
+                Ok(Some(finish)) => finish_done(s, finish),
+                Ok(None) => {}
+                Err(e) => {
+                    s.job.sink.send(Event::Error(e));
+                }
             }
         }
     }
@@ -427,12 +451,18 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
 fn advance<V: Vocab>(
     s: &mut Seq,
     token: u32,
+    logprob: Option<TokenLogprob>,
     vocab: &V,
     pos: usize,
     n_ctx: usize,
 ) -> Option<Option<FinishReason>> {
     if vocab.is_eog(token) {
         return Some(Some(FinishReason::Stop));
+    }
+    if let Some(lp) = logprob
+        && !s.job.sink.send(Event::Logprob(lp))
+    {
+        return Some(None);
     }
     s.generated.push(token);
     let text = s.utf8.push(&vocab.piece(token));
@@ -471,6 +501,16 @@ fn finish_done(mut s: Seq, finish: FinishReason) {
     }
     let usage = usage(&s, finish);
     s.job.sink.send(Event::Done(usage));
+}
+
+/// Tells a request that never got a slot that it was cancelled.
+fn cancel_waiting(job: &mut Job) {
+    job.sink.send(Event::Done(Usage {
+        finish: FinishReason::Cancelled,
+        prompt_tokens: job.req.prompt.len(),
+        completion_tokens: 0,
+        cached_tokens: 0,
+    }));
 }
 
 fn finish_cancelled(s: &mut Seq) {

@@ -92,15 +92,22 @@ fn instance() -> wgpu::Instance {
 }
 
 /// Every adapter, in a stable order: as the drivers list them, GL (when
-/// asked for) last.
+/// asked for) last. The drivers are asked once per process: choosing a
+/// device and opening it see the same list, and driver layers that print
+/// on every enumeration print once.
 pub fn adapters() -> Vec<(AdapterReport, wgpu::Adapter)> {
-    let inst = instance();
-    let mut list = pollster::block_on(inst.enumerate_adapters(backends()));
-    list.sort_by_key(|a| a.get_info().backend == wgpu::Backend::Gl);
-    list.into_iter()
-        .enumerate()
-        .map(|(i, a)| (AdapterReport::new(i, &a), a))
-        .collect()
+    static LIST: std::sync::OnceLock<Vec<(AdapterReport, wgpu::Adapter)>> =
+        std::sync::OnceLock::new();
+    LIST.get_or_init(|| {
+        let inst = instance();
+        let mut list = pollster::block_on(inst.enumerate_adapters(backends()));
+        list.sort_by_key(|a| a.get_info().backend == wgpu::Backend::Gl);
+        list.into_iter()
+            .enumerate()
+            .map(|(i, a)| (AdapterReport::new(i, &a), a))
+            .collect()
+    })
+    .clone()
 }
 
 /// Which features to use, of those the adapter has. Tests switch them off to
@@ -118,15 +125,23 @@ pub struct GpuOptions {
     /// the host checks every shape (see `pipelines::build`), and the checks
     /// cost up to half the time of a matmul. Tests run both ways.
     pub shader_bounds_checks: bool,
-    /// Round a matmul's activations as ggml does (8-bit blocks for
-    /// quantized weights, f16 for F16 weights), to follow llama.cpp's
-    /// numbers; off (the fast mode), activations stay f32 (the CPU
-    /// reference's maths) but for Q4_0/Q8_0 decode, which rounds them to
-    /// 8-bit blocks for integer dot products.
+    /// The exact mode (`--exact`, [`GpuOptions::exact`]): a matmul's
+    /// activations rounded as ggml rounds them (8-bit blocks for quantized
+    /// weights, f16 for F16 weights) and ggml's CPU arithmetic bit for bit,
+    /// to follow llama.cpp's numbers exactly. Off (the default, the fast
+    /// mode): plain hardware arithmetic on f32 activations (cooperative
+    /// matrices for prefill where the adapter has them), but for Q4_0/Q8_0
+    /// decode, which rounds them to 8-bit blocks for integer dot products
+    /// as llama.cpp's GPU backends do.
     pub quantize_activations: bool,
     /// A binding limit for weights below the adapter's, to test weight
     /// splitting on any adapter; `None`: the adapter's.
     pub max_weight_binding_bytes: Option<u64>,
+    /// A binding limit for every tensor below the adapter's, as an adapter
+    /// with a small one has (weights are split under it, other tensors
+    /// refused over it, and `Caps::max_tensor_bytes` reports it); `None`:
+    /// the adapter's.
+    pub max_binding_bytes: Option<u64>,
     /// Time every dispatch with timestamp queries (`Backend::op_times`),
     /// each in its own compute pass, waiting after each submission: for
     /// finding where the time goes, not for speed.
@@ -144,10 +159,22 @@ impl Default for GpuOptions {
             allow_shader_f16: true,
             allow_zero_copy: true,
             shader_bounds_checks: false,
-            quantize_activations: true,
+            quantize_activations: false,
             max_weight_binding_bytes: None,
+            max_binding_bytes: None,
             allow_cooperative_matrix: true,
             profile: false,
+        }
+    }
+}
+
+impl GpuOptions {
+    /// The exact mode: ggml's rounding and arithmetic, bit for bit
+    /// llama.cpp's CPU (see `quantize_activations`).
+    pub fn exact() -> Self {
+        Self {
+            quantize_activations: true,
+            ..Self::default()
         }
     }
 }
@@ -191,16 +218,31 @@ fn rank(r: &AdapterReport) -> u32 {
 
 /// The adapter `auto` would use: the best hardware GPU, if any.
 pub fn best_hardware() -> Option<AdapterReport> {
-    adapters()
+    best_hardware_of(adapters().iter().map(|(r, _)| r)).cloned()
+}
+
+/// [`best_hardware`] among adapters already listed: each listing probes
+/// the drivers again (and Mesa prints its warnings again).
+pub fn best_hardware_of<'a>(
+    reports: impl IntoIterator<Item = &'a AdapterReport>,
+) -> Option<&'a AdapterReport> {
+    reports
         .into_iter()
-        .map(|(r, _)| r)
-        .filter(AdapterReport::is_hardware)
-        .min_by_key(rank)
+        .filter(|r| r.is_hardware())
+        .min_by_key(|r| rank(r))
 }
 
 impl Context {
     pub fn open(opts: &GpuOptions) -> Result<Self> {
-        let mut list = adapters();
+        let list = adapters();
+        Self::open_in(list, opts)
+    }
+
+    /// [`Context::open`] on adapters already listed by [`adapters`].
+    pub fn open_in(
+        mut list: Vec<(AdapterReport, wgpu::Adapter)>,
+        opts: &GpuOptions,
+    ) -> Result<Self> {
         if list.is_empty() {
             return Err(BackendError::NoAdapter(
                 "no Vulkan, Metal, DX12 or GL adapter was found".into(),
@@ -307,7 +349,8 @@ impl Context {
         });
         let coop_huge =
             features.coop != 0 && coop_tile_fits(features.coop, CoopTile::Huge, &limits);
-        let max_binding = super::buffers::max_tensor_bytes(&limits);
+        let max_binding = super::buffers::max_tensor_bytes(&limits)
+            .min(opts.max_binding_bytes.unwrap_or(u64::MAX));
         let max_weight_binding = max_binding.min(opts.max_weight_binding_bytes.unwrap_or(u64::MAX));
         Ok(Self {
             device,

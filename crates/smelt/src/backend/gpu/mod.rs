@@ -27,7 +27,7 @@ mod pipelines;
 mod recorder;
 mod tables;
 
-pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware};
+pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of};
 pub use kernels::{Kernel, ShaderFeatures, WEIGHT_TYPES};
 pub use pipelines::preprocess;
 
@@ -70,7 +70,17 @@ pub struct GpuBackend {
 impl GpuBackend {
     /// Opens the adapter `opts` selects (see [`adapters`]).
     pub fn new(opts: &GpuOptions) -> Result<Self> {
-        let ctx = Context::open(opts)?;
+        Self::with_context(Context::open(opts)?)
+    }
+
+    /// [`GpuBackend::new`] among adapters already listed by [`adapters`]
+    /// (`opts.device` indexes `list`), so that choosing one probes the
+    /// drivers once.
+    pub fn new_in(list: Vec<(AdapterReport, wgpu::Adapter)>, opts: &GpuOptions) -> Result<Self> {
+        Self::with_context(Context::open_in(list, opts)?)
+    }
+
+    fn with_context(ctx: Context) -> Result<Self> {
         let mut buffers = Buffers::default();
         let dummy = buffers.alloc(&ctx, "dummy", F32, 1, 4)?;
         let tables = buffers.alloc(&ctx, "exact tables", F32, 1, tables::LEN)?;
@@ -95,6 +105,11 @@ impl GpuBackend {
     /// The adapter in use.
     pub fn adapter(&self) -> &AdapterReport {
         &self.ctx.report
+    }
+
+    /// Whether it runs in the exact mode (`GpuOptions::exact`).
+    pub fn exact(&self) -> bool {
+        self.ctx.quantize_activations
     }
 
     /// The features the kernels were built with.
@@ -330,6 +345,30 @@ impl Backend for GpuBackend {
             )));
         }
         self.rec.read(&self.ctx, (&slot.buffer, slot.offset), out)
+    }
+
+    fn read_all(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
+        pending::flush(self)?;
+        let mut parts = Vec::with_capacity(ts.len());
+        for &t in ts {
+            let slot = self.buffers.get(t)?;
+            let n = t.n_bytes();
+            if n as u64 > slot.bytes {
+                return Err(BackendError::Other(format!(
+                    "read of {n} bytes from {} ({} bytes)",
+                    slot.name, slot.bytes
+                )));
+            }
+            parts.push((&slot.buffer, slot.offset, n));
+        }
+        let total: usize = parts.iter().map(|p| p.2).sum();
+        if total != out.len() {
+            return Err(BackendError::Other(format!(
+                "read of {total} bytes into {} bytes",
+                out.len()
+            )));
+        }
+        self.rec.read_parts(&self.ctx, &parts, out)
     }
 
     fn synchronize(&mut self) -> Result<()> {

@@ -361,7 +361,23 @@ impl Recorder {
         (src, at): (&wgpu::Buffer, u64),
         out: &mut [u8],
     ) -> Result<()> {
-        let len = (out.len().div_ceil(4) * 4) as u64;
+        let len = out.len();
+        self.read_parts(ctx, &[(src, at, len)], out)
+    }
+
+    /// [`Recorder::read`] of several buffers in one submission: each part
+    /// `(buffer, offset, len)` copied in turn into the next `len` bytes of
+    /// `out` (whose length is their sum).
+    pub fn read_parts(
+        &mut self,
+        ctx: &Context,
+        parts: &[(&wgpu::Buffer, u64, usize)],
+        out: &mut [u8],
+    ) -> Result<()> {
+        // Copies move whole words: each part's place in the readback buffer
+        // starts on one.
+        let words = |len: usize| (len.div_ceil(4) * 4) as u64;
+        let len: u64 = parts.iter().map(|&(_, _, n)| words(n)).sum();
         if len == 0 {
             return self.wait(ctx);
         }
@@ -375,8 +391,12 @@ impl Recorder {
         }
         self.end_pass();
         let readback = self.readback.clone().expect("created above");
-        self.encoder(ctx)
-            .copy_buffer_to_buffer(src, at, &readback, 0, len);
+        let mut dst = 0;
+        for &(src, at, n) in parts {
+            self.encoder(ctx)
+                .copy_buffer_to_buffer(src, at, &readback, dst, words(n));
+            dst += words(n);
+        }
         self.submit(ctx)?;
         let slice = readback.slice(..len);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -396,7 +416,12 @@ impl Recorder {
             let view = slice
                 .get_mapped_range()
                 .map_err(|e| BackendError::Other(format!("readback view: {e}")))?;
-            out.copy_from_slice(&view[..out.len()]);
+            let (mut from, mut to) = (0, 0);
+            for &(_, _, n) in parts {
+                out[to..to + n].copy_from_slice(&view[from..from + n]);
+                from += words(n) as usize;
+                to += n;
+            }
         }
         readback.unmap();
         Ok(())

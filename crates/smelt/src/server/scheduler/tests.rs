@@ -120,6 +120,8 @@ fn request(prompt: &[u32], max_tokens: Option<usize>, stop: &[&str]) -> GenReque
         max_tokens,
         sampler: SamplerParams::greedy(),
         stop: stop.iter().map(|s| s.to_string()).collect(),
+        logprobs: None,
+        constraint: None,
     }
 }
 
@@ -129,6 +131,7 @@ fn collect(rx: &Receiver<Event>) -> (String, Usage) {
     loop {
         match rx.recv_timeout(Duration::from_secs(10)).expect("an event") {
             Event::Text(t) => text.push_str(&t),
+            Event::Logprob(_) => {}
             Event::Done(u) => return (text, u),
             Event::Error(e) => panic!("error: {e}"),
         }
@@ -311,4 +314,45 @@ fn a_finished_request_frees_its_slot_before_done_arrives() {
         sched.submit(request(&[3], Some(2), &[]), s).unwrap();
         assert_eq!(collect(&rx).0, "ef");
     }
+}
+
+/// With logprobs asked for, each generated token's log-probability comes
+/// before its text; the end-of-generation token has none.
+#[test]
+fn logprobs_come_before_each_tokens_text() {
+    let (toy, _) = Toy::new(1, 64);
+    let sched = Scheduler::spawn(toy, Letters, 4);
+    let (sink, rx, _) = sink();
+    let mut req = request(&[3], None, &[]);
+    req.logprobs = Some(2);
+    sched.submit(req, sink).unwrap();
+    let mut events = Vec::new();
+    loop {
+        let e = rx.recv_timeout(Duration::from_secs(10)).expect("an event");
+        let done = matches!(e, Event::Done(_));
+        events.push(e);
+        if done {
+            break;
+        }
+    }
+    // 3 → 4, 5, 6 (e, f, g), then 7: the end of generation.
+    let logprobs: Vec<&TokenLogprob> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Logprob(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        logprobs.iter().map(|l| l.token).collect::<Vec<_>>(),
+        [4, 5, 6]
+    );
+    // One logit of 10 among eight zeros.
+    let want = -(1.0f64 + 7.0 * (-10.0f64).exp()).ln() as f32;
+    for l in &logprobs {
+        assert!((l.logprob - want).abs() < 1e-6, "{l:?}");
+        assert_eq!(l.top.len(), 2);
+        assert_eq!(l.top[0].0, l.token);
+    }
+    assert!(matches!(&events[0], Event::Logprob(_)));
 }
