@@ -589,6 +589,7 @@ fn rope_cases(b: &mut Bench) {
                         freq_base: 10000.0,
                         freq_scale: 1.0,
                         freq_factors: factors.then_some(p(ff)),
+                        attn_factor: 1.0,
                     };
                     be.rope(p(x), p(pos), &params, p(out))
                 },
@@ -1056,7 +1057,11 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
             let name = format!("{t} gelu={gelu} glu + matmul n={n}");
             let tol = if coop { 2e-6 } else { 1e-8 };
             b.check(&format!("{name}: out"), tol, out, ffn);
-            b.check(&format!("{name}: act"), 1e-12, act, ffn);
+            // GELU's output is rounded to f16 (ggml's table): where the
+            // GPU's f32 value lies within an ulp of an f16 tie it lands one
+            // f16 step from the CPU's, about one element in a thousand.
+            let act_tol = if gelu { 1e-10 } else { 1e-12 };
+            b.check(&format!("{name}: act"), act_tol, act, ffn);
             assert_eq!(gpu_dispatches(&mut b, ffn), 2, "{name}");
         }
     }
@@ -1433,6 +1438,7 @@ fn rope_params(mode: RopeMode, n_heads: usize, hd: usize) -> RopeParams {
         freq_base: 10000.0,
         freq_scale: 1.0,
         freq_factors: None,
+        attn_factor: 1.0,
     }
 }
 
@@ -1595,6 +1601,7 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
                     let p = |x: Pair| if g { x.gpu } else { x.cpu };
                     let rope = |n| RopeParams {
                         freq_factors: ff.map(p),
+                        attn_factor: 1.0,
                         ..rope_params(RopeMode::Normal, n, hd)
                     };
                     let params = AttentionParams {
