@@ -463,12 +463,14 @@ fn run_table(b: &mut Bench) {
         let a = b.f32s(rows, cols, 4.0);
         let c = b.f32s(rows, cols, 4.0);
         let row = b.f32s(1, cols, 4.0);
-        let ops: [(&str, f64); 7] = [
+        let ops: [(&str, f64); 8] = [
             ("add", 1e-12),
             ("add_row", 1e-12),
             ("mul", 1e-12),
             ("mul_row", 1e-12),
             ("scale", 1e-12),
+            // The GPU's tanh is the driver's, not libm's.
+            ("softcap", 1e-10),
             ("silu_mul", 1e-10),
             ("gelu_mul", 1e-8),
         ];
@@ -482,6 +484,9 @@ fn run_table(b: &mut Bench) {
                     "mul" => be.mul(p(a), p(c), p(out)),
                     "mul_row" => be.mul(p(a), p(row), p(out)),
                     "scale" => be.scale(p(a), 0.37, p(out)),
+                    // A cap inside the values' range, so both the linear
+                    // part and the saturation are taken.
+                    "softcap" => be.softcap(p(a), 1.5, p(out)),
                     "silu_mul" => be.silu_mul(p(a), p(c), p(out)),
                     _ => be.gelu_mul(p(a), p(c), p(out)),
                 }
