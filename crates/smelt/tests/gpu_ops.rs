@@ -21,7 +21,15 @@ use std::time::Instant;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use smelt::backend::cpu::CpuBackend;
-use smelt::backend::gpu::{GpuBackend, GpuOptions, WEIGHT_TYPES};
+use smelt::backend::gpu::kernels::attention::AttentionKernel;
+use smelt::backend::gpu::kernels::attention_coop::AttentionCoop;
+use smelt::backend::gpu::kernels::copy::CopyKernel;
+use smelt::backend::gpu::kernels::elementwise::{Elementwise, ElementwiseKernel};
+use smelt::backend::gpu::kernels::matmul::MatMul;
+use smelt::backend::gpu::kernels::matmul_coop::{CoopTile, MatMulCoop, Multi};
+use smelt::backend::gpu::kernels::norm_half::AddRmsNormHalf;
+use smelt::backend::gpu::kernels::split_sums::SplitSums;
+use smelt::backend::gpu::{GpuBackend, GpuOptions, Kernel, WEIGHT_TYPES};
 use smelt::backend::{
     AttentionParams, Backend, RopeMode, RopeParams, Tensor, WeightData, WeightInput,
 };
@@ -245,9 +253,16 @@ fn f32_mode_profiled_bench() -> (u64, Bench) {
     (seed, Bench::new(seed, opts))
 }
 
-/// The kernels a profiling bench's GPU has run, by label.
-fn kernels_run(b: &Bench) -> Vec<String> {
-    b.gpu.op_times().into_iter().map(|t| t.kernel).collect()
+/// The kernels a profiling bench's GPU has run, each once.
+fn kernels_run(b: &Bench) -> Vec<Kernel> {
+    b.gpu.kernels_run()
+}
+
+/// Whether any kernel of `used` is a `GluHalf` (the GLU apart, writing
+/// the next coop matmul's f16 blocks).
+fn ran_glu_half(used: &[Kernel]) -> bool {
+    used.iter()
+        .any(|k| matches!(k, Kernel::Elementwise(ElementwiseKernel::GluHalf(_))))
 }
 
 /// The dispatches one run of `op` takes on the GPU.
@@ -448,12 +463,14 @@ fn run_table(b: &mut Bench) {
         let a = b.f32s(rows, cols, 4.0);
         let c = b.f32s(rows, cols, 4.0);
         let row = b.f32s(1, cols, 4.0);
-        let ops: [(&str, f64); 7] = [
+        let ops: [(&str, f64); 8] = [
             ("add", 1e-12),
             ("add_row", 1e-12),
             ("mul", 1e-12),
             ("mul_row", 1e-12),
             ("scale", 1e-12),
+            // The GPU's tanh is the driver's, not libm's.
+            ("softcap", 1e-10),
             ("silu_mul", 1e-10),
             ("gelu_mul", 1e-8),
         ];
@@ -467,6 +484,9 @@ fn run_table(b: &mut Bench) {
                     "mul" => be.mul(p(a), p(c), p(out)),
                     "mul_row" => be.mul(p(a), p(row), p(out)),
                     "scale" => be.scale(p(a), 0.37, p(out)),
+                    // A cap inside the values' range, so both the linear
+                    // part and the saturation are taken.
+                    "softcap" => be.softcap(p(a), 1.5, p(out)),
                     "silu_mul" => be.silu_mul(p(a), p(c), p(out)),
                     _ => be.gelu_mul(p(a), p(c), p(out)),
                 }
@@ -794,26 +814,25 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
     let used = kernels_run(&b);
     let huge = b.gpu.coop_huge();
     for t in WEIGHT_TYPES {
-        let ran = |label: String| used.contains(&label);
         if coop == 0 {
             assert!(
-                ran(format!("MatMul({t:?})")),
+                used.contains(&Kernel::MatMul(MatMul(t))),
                 "seed {seed}: {t}: kernels run: {used:?}"
             );
             continue;
         }
         for (tile, want) in [
-            ("Short", true),
-            ("Slim", true),
-            ("Wide", true),
-            ("Huge", huge),
-            ("HugeSplit", huge),
+            (CoopTile::Short, true),
+            (CoopTile::Slim, true),
+            (CoopTile::Wide, true),
+            (CoopTile::Huge, huge),
+            (CoopTile::HugeSplit, huge),
         ] {
-            let label = format!("MatMulCoop {{ t: {t:?}, tile: {tile}, multi: One }}");
+            let multi = Multi::One;
             assert_eq!(
-                ran(label),
+                used.contains(&Kernel::MatMulCoop(MatMulCoop { t, tile, multi })),
                 want,
-                "seed {seed}: {t} {tile}: kernels run: {used:?}"
+                "seed {seed}: {t} {tile:?}: kernels run: {used:?}"
             );
         }
     }
@@ -891,9 +910,10 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    let add_norm_half = used.iter().any(|k| matches!(k, Kernel::NormHalf(_)));
+    let half_blocks = used.contains(&Kernel::Copy(CopyKernel::HalfBlocks));
     assert_eq!(
-        (ran("AddRmsNormHalf"), ran("HalfBlocks")),
+        (add_norm_half, half_blocks),
         (fused, f.coop != 0 && !fused),
         "seed {seed}: kernels run: {used:?}"
     );
@@ -961,9 +981,12 @@ fn f32_mode_prefill_split_sums_join_the_add_norm() {
     b.check(&format!("{name}, nothing after: proj"), tol, proj, added);
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    let add_norm_sums = Kernel::NormHalf(AddRmsNormHalf { sums: true });
     assert_eq!(
-        (ran("AddRmsNormHalf { sums: true }"), ran("SplitSums")),
+        (
+            used.contains(&add_norm_sums),
+            used.contains(&Kernel::SplitSums(SplitSums))
+        ),
         (split, split),
         "seed {seed}: kernels run: {used:?}"
     );
@@ -1001,10 +1024,17 @@ fn f32_mode_prefill_attention_writes_the_coop_matmul_input() {
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
-    let half = |hd| format!("AttentionCoop {{ head_dim: {hd}, heads: 2, half: true }}");
+    let half = |head_dim| {
+        let k = AttentionCoop {
+            head_dim,
+            heads: 2,
+            half: true,
+        };
+        used.contains(&Kernel::AttentionCoop(k))
+    };
+    let half_blocks = used.contains(&Kernel::Copy(CopyKernel::HalfBlocks));
     assert_eq!(
-        (ran(&half(64)), ran(&half(128)), ran("HalfBlocks")),
+        (half(64), half(128), half_blocks),
         (coop, coop, false),
         "seed {seed}: kernels run: {used:?}"
     );
@@ -1042,9 +1072,9 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
+    let half_blocks = used.contains(&Kernel::Copy(CopyKernel::HalfBlocks));
     assert_eq!(
-        (ran("GluHalf"), ran("HalfBlocks")),
+        (ran_glu_half(&used), half_blocks),
         (coop, false),
         "seed {seed}: kernels run: {used:?}"
     );
@@ -1121,15 +1151,23 @@ fn f32_mode_prefill_gate_up_glu_joined() {
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    let ran = |name: &str| used.iter().any(|k| k.starts_with(name));
     for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
-        for op in ["SiluMul", "GeluMul"] {
-            let glu = format!("MatMulCoop {{ t: {t:?}, tile: Huge, multi: Glu({op}) }}");
-            assert_eq!(ran(&glu), fused, "seed {seed}: kernels run: {used:?}");
+        for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
+            let glu = MatMulCoop {
+                t,
+                tile: CoopTile::Huge,
+                multi: Multi::Glu(op),
+            };
+            let ran = used.contains(&Kernel::MatMulCoop(glu));
+            assert_eq!(ran, fused, "seed {seed}: kernels run: {used:?}");
         }
     }
     let apart = coop && !fused;
-    assert_eq!(ran("GluHalf"), apart, "seed {seed}: kernels run: {used:?}");
+    assert_eq!(
+        ran_glu_half(&used),
+        apart,
+        "seed {seed}: kernels run: {used:?}"
+    );
 }
 
 /// The GELU or SiLU GLU of gate and up into out.
@@ -1382,15 +1420,14 @@ fn f32_mode_matmuls_of_one_input() {
     b.assert_passed(seed);
     let used = kernels_run(&b);
     for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
-        for multi in ["Apart", "Joint"] {
-            let ran = used.iter().any(|k| {
-                k.starts_with(&format!("MatMulCoop {{ t: {t:?},"))
-                    && k.ends_with(&format!("multi: {multi} }}"))
-            });
+        for multi in [Multi::Apart, Multi::Joint] {
+            let ran = used
+                .iter()
+                .any(|k| matches!(k, Kernel::MatMulCoop(c) if c.t == t && c.multi == multi));
             assert_eq!(
                 ran,
                 coop && repacked.contains(&t),
-                "seed {seed}: {t} {multi}: kernels run: {used:?}"
+                "seed {seed}: {t} {multi:?}: kernels run: {used:?}"
             );
         }
     }
@@ -1707,7 +1744,9 @@ fn f32_mode_prefill_attention() {
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    let count = |name: &str| used.iter().filter(|k| k.starts_with(name)).count();
+    let is_coop = |k: &&Kernel| matches!(k, Kernel::AttentionCoop(_));
+    let is_quads =
+        |k: &&Kernel| matches!(k, Kernel::Attention(AttentionKernel::AttentionQuads { .. }));
     // Distinct kernels: on cooperative matrices 2 head sizes × 2 head
     // counts, the quads for the rest (F32 caches, heads of 256).
     let (coops, quads) = match (coop, b.gpu.features().subgroups) {
@@ -1716,7 +1755,10 @@ fn f32_mode_prefill_attention() {
         (false, false) => (0, 0),
     };
     assert_eq!(
-        (count("AttentionCoop"), count("AttentionQuads")),
+        (
+            used.iter().filter(is_coop).count(),
+            used.iter().filter(is_quads).count()
+        ),
         (coops, quads),
         "seed {seed}: kernels run: {used:?}"
     );

@@ -21,6 +21,7 @@
 //! first rows of the same memory, so a buffer sized for the largest batch
 //! serves every smaller one.
 
+pub mod check;
 pub mod cpu;
 pub mod gpu;
 pub mod select;

@@ -230,11 +230,9 @@ pub struct Session {
     n_ctx: usize,
     cache: KvCache,
     act: decoder::Activations,
-    /// Host staging, reused: per-chunk indices, all outputs' logits, and
-    /// rows given through [`server::Engine`].
+    /// Host staging, reused: per-chunk indices and all outputs' logits.
     staging: [Vec<i32>; 5],
     logits: Vec<f32>,
-    rows: Vec<BatchRow>,
 }
 
 impl Session {
@@ -280,7 +278,6 @@ impl Session {
             act,
             staging: Default::default(),
             logits: Vec::new(),
-            rows: Vec::new(),
         })
     }
 
@@ -472,20 +469,7 @@ impl server::Engine for Session {
     }
 
     fn decode(&mut self, rows: &[server::Row]) -> std::result::Result<&[f32], String> {
-        let mut staged = std::mem::take(&mut self.rows);
-        staged.clear();
-        staged.extend(rows.iter().map(|r| BatchRow {
-            token: r.token,
-            pos: r.pos,
-            seq: r.seq,
-            logits: r.logits,
-        }));
-        let result = Session::decode(self, &staged).map(<[f32]>::len);
-        self.rows = staged;
-        match result {
-            Ok(n) => Ok(&self.logits[..n]),
-            Err(e) => Err(e.to_string()),
-        }
+        Session::decode(self, rows).map_err(|e| e.to_string())
     }
 
     fn truncate(&mut self, slot: usize, len: usize) {

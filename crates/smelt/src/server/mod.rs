@@ -22,15 +22,8 @@ pub use text::{StopMatcher, StopScan, Utf8Stream};
 use crate::grammar::Constraint;
 use crate::sample::{SamplerParams, TokenLogprob};
 
-/// One row of a forward pass: `token` at position `pos` of slot `seq`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Row {
-    pub token: u32,
-    pub pos: usize,
-    pub seq: usize,
-    /// Whether the row's logits are wanted.
-    pub logits: bool,
-}
+/// One row of a forward pass: the model's batch row.
+pub use crate::model::BatchRow as Row;
 
 /// A model session with several sequence slots sharing one KV cache.
 pub trait Engine: Send {

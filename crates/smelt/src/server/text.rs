@@ -1,53 +1,7 @@
-//! Turning sampled tokens into streamed text: whole UTF-8 characters only,
-//! and nothing that might turn out to be the start of a stop string.
+//! Streamed text held back while it might turn out to be the start of a
+//! stop string. (Whole UTF-8 characters only: `tokenizer::Utf8Stream`.)
 
-/// Joins token pieces (raw bytes) into text, holding back the bytes of a
-/// character that a later token will finish.
-#[derive(Default)]
-pub struct Utf8Stream {
-    pending: Vec<u8>,
-}
-
-impl Utf8Stream {
-    /// Adds a token's bytes; returns the text they complete. Bytes that can
-    /// never be valid UTF-8 become U+FFFD.
-    pub fn push(&mut self, bytes: &[u8]) -> String {
-        self.pending.extend_from_slice(bytes);
-        let mut out = String::new();
-        let mut done = 0;
-        loop {
-            match std::str::from_utf8(&self.pending[done..]) {
-                Ok(s) => {
-                    out.push_str(s);
-                    done = self.pending.len();
-                    break;
-                }
-                Err(e) => {
-                    let valid = done + e.valid_up_to();
-                    out.push_str(&String::from_utf8_lossy(&self.pending[done..valid]));
-                    done = valid;
-                    match e.error_len() {
-                        Some(n) => {
-                            out.push('\u{FFFD}');
-                            done += n;
-                        }
-                        // Cut short at the end: a later token finishes it.
-                        None => break,
-                    }
-                }
-            }
-        }
-        self.pending.drain(..done);
-        out
-    }
-
-    /// Ends the stream; an unfinished character becomes U+FFFD.
-    pub fn finish(&mut self) -> String {
-        let out = String::from_utf8_lossy(&self.pending).into_owned();
-        self.pending.clear();
-        out
-    }
-}
+pub use crate::tokenizer::Utf8Stream;
 
 /// Watches streamed text for stop strings, as OpenAI's `stop` works: the
 /// text up to the first stop string is returned, the stop string and all
@@ -121,18 +75,6 @@ impl StopMatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utf8_waits_for_whole_characters() {
-        let mut s = Utf8Stream::default();
-        let bytes = "é✓".as_bytes();
-        assert_eq!(s.push(&bytes[..1]), "");
-        assert_eq!(s.push(&bytes[1..3]), "é");
-        assert_eq!(s.push(&bytes[3..]), "✓");
-        assert_eq!(s.push(&[0xff, b'a']), "\u{FFFD}a");
-        assert_eq!(s.push(&[0xe2]), "");
-        assert_eq!(s.finish(), "\u{FFFD}");
-    }
 
     #[test]
     fn stop_strings_are_held_back_and_cut() {

@@ -21,7 +21,7 @@ mod unicode;
 mod unicode_table;
 mod vocab;
 
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, Utf8Stream};
 pub use vocab::VocabType;
 
 use bpe::Bpe;

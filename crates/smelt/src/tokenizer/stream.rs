@@ -15,8 +15,7 @@ use super::Tokenizer;
 pub struct StreamDecoder<'a> {
     tokenizer: &'a Tokenizer,
     special: bool,
-    /// Bytes of a character not yet complete.
-    pending: Vec<u8>,
+    text: Utf8Stream,
 }
 
 impl<'a> StreamDecoder<'a> {
@@ -31,7 +30,7 @@ impl<'a> StreamDecoder<'a> {
         Self {
             tokenizer,
             special,
-            pending: Vec::new(),
+            text: Utf8Stream::default(),
         }
     }
 
@@ -39,8 +38,27 @@ impl<'a> StreamDecoder<'a> {
     /// that can never become valid UTF-8 come out as U+FFFD.
     pub fn push(&mut self, id: u32) -> String {
         let piece = self.tokenizer.piece(id, self.special);
-        self.pending.extend_from_slice(&piece);
+        self.text.push(&piece)
+    }
 
+    /// Ends the stream: bytes still pending come out as U+FFFD.
+    pub fn finish(&mut self) -> String {
+        self.text.finish()
+    }
+}
+
+/// Joins token pieces (raw bytes) into text, holding back the bytes of a
+/// character that a later token will finish.
+#[derive(Default)]
+pub struct Utf8Stream {
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Adds a token's bytes; returns the text they complete. Bytes that can
+    /// never be valid UTF-8 become U+FFFD.
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
         let mut out = String::new();
         let mut done = 0;
         loop {
@@ -51,16 +69,15 @@ impl<'a> StreamDecoder<'a> {
                     break;
                 }
                 Err(e) => {
-                    let valid = e.valid_up_to();
-                    out.push_str(&String::from_utf8_lossy(&self.pending[done..done + valid]));
-                    done += valid;
+                    let valid = done + e.valid_up_to();
+                    out.push_str(&String::from_utf8_lossy(&self.pending[done..valid]));
+                    done = valid;
                     match e.error_len() {
-                        // Invalid whatever follows: replace it, go on.
                         Some(n) => {
                             out.push('\u{FFFD}');
                             done += n;
                         }
-                        // A character cut short at the end: keep it.
+                        // Cut short at the end: a later token finishes it.
                         None => break,
                     }
                 }
@@ -70,10 +87,27 @@ impl<'a> StreamDecoder<'a> {
         out
     }
 
-    /// Ends the stream: bytes still pending come out as U+FFFD.
+    /// Ends the stream; an unfinished character becomes U+FFFD.
     pub fn finish(&mut self) -> String {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utf8_waits_for_whole_characters() {
+        let mut s = Utf8Stream::default();
+        let bytes = "é✓".as_bytes();
+        assert_eq!(s.push(&bytes[..1]), "");
+        assert_eq!(s.push(&bytes[1..3]), "é");
+        assert_eq!(s.push(&bytes[3..]), "✓");
+        assert_eq!(s.push(&[0xff, b'a']), "\u{FFFD}a");
+        assert_eq!(s.push(&[0xe2]), "");
+        assert_eq!(s.finish(), "\u{FFFD}");
     }
 }

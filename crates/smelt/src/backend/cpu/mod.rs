@@ -12,7 +12,6 @@
 
 mod attention;
 mod attention_tiled;
-pub mod check;
 mod fast;
 mod gemm8;
 mod gemmk;
@@ -29,7 +28,7 @@ mod store;
 
 use super::{
     AttentionParams, Backend, BackendError, Caps, MoeParams, Op, Result, RopeParams, Tensor,
-    WeightData,
+    WeightData, check,
 };
 use crate::quant::{self, GgmlType};
 use quant::can_dequantize;

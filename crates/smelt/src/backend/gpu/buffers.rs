@@ -215,15 +215,14 @@ impl Buffers {
     /// Weights of one input (`Backend::load_joined`: Q, K, V; gate, up)
     /// uploaded one after the other into one buffer, so that a matmul of
     /// them binds that buffer once and picks a row's weight by arithmetic
-    /// (a branch between bindings per load made the H200's GEMMs ~25%
-    /// slower). Each is a tensor of its own, bound at its offset, which is
-    /// a multiple of the adapter's offset alignment and of a superblock.
-    /// Only repacked weights of one type and width; `None` (nothing
-    /// loaded) for any others, or where the joint buffer would be over the
-    /// binding limit. Copied together after their own uploads instead,
-    /// they made every decode mat-vec of the 8b model 2-4% slower on the
-    /// H200, those of weights never joined too (why was not found: not the
-    /// freed buffers, which kept alive changed nothing).
+    /// (a branch between bindings per load costs the GEMMs ~25%). Each is
+    /// a tensor of its own, bound at its offset, which is a multiple of the
+    /// adapter's offset alignment and of a superblock. Only repacked
+    /// weights of one type and width; `None` (nothing loaded) for any
+    /// others, or where the joint buffer would be over the binding limit.
+    /// They are uploaded straight into the joint buffer, not copied there
+    /// after uploads of their own, which slowed every decode mat-vec
+    /// (docs/perf-notes.md).
     pub fn load_joined(
         &mut self,
         ctx: &Context,

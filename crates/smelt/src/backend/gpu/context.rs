@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use crate::backend::{BackendError, Result};
 
-use super::pipelines::{CoopTile, ShaderFeatures, coop_fits, coop_tile_fits};
+use super::kernels::ShaderFeatures;
+use super::kernels::matmul_coop::{CoopTile, coop_fits, coop_tile_fits};
 
 /// What an adapter is and can do, as `smelt devices` prints it.
 #[derive(Clone, Debug)]

@@ -1,38 +1,51 @@
 //! The GPU backend on wgpu: WGSL kernels, recorded into one submission per
-//! forward pass.
+//! forward pass. Three layers:
 //!
-//! - `context`: adapters (for `smelt devices` and selection) and the device.
-//! - `buffers`: one device buffer per tensor, weights uploaded once.
-//! - `pipelines`: the kernel table (`kernels/*.wgsl`, variants by defines)
-//!   and the pipeline cache.
-//! - `recorder`: the open encoder, the per-submission parameter arena and
-//!   the bind-group cache.
-//! - `ops`: the contract's ops: checks, then one dispatch each.
-//! - `pending`: fusion, an op held back to be recorded with the next.
+//! - kernels (`kernels/`): one family per `.wgsl` file, each with its
+//!   variants, named bindings, typed parameters and dispatch builders;
+//! - ops (this file, `matmul.rs`, `attention.rs`, `acts.rs`): the
+//!   contract's ops, each checked, then turned into dispatches;
+//! - fusion (`pending.rs`, `fusion.rs`): an op held back and recorded with
+//!   the next one when the two fuse.
+//!
+//! Below them, `recorder` (the open encoder, the parameter arena, bind
+//! groups), `pipelines` (the pipeline cache), `buffers` (a device buffer
+//! per tensor) and `context` (adapters and the device).
 //!
 //! Shapes follow the contract: tensors are `rows × cols`, `cols` contiguous.
 //! Weights keep their GGUF block layout; kernels decode blocks in registers.
 
+mod acts;
+mod attention;
 mod buffers;
 mod context;
-mod ops;
+mod fusion;
+pub mod kernels;
+mod matmul;
 mod pending;
 mod pipelines;
 mod recorder;
 mod tables;
 
 pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of};
-pub use pipelines::{
-    ActQuant, Elementwise, Kernel, Q8_WEIGHT_TYPES, ShaderFeatures, WEIGHT_TYPES, preprocess,
+pub use kernels::{Kernel, ShaderFeatures, WEIGHT_TYPES};
+pub use pipelines::preprocess;
+
+use crate::backend::check as contract;
+use crate::backend::{
+    AttentionParams, Backend, BackendError, Caps, Op, OpTime, Result, RopeParams, Stats, Tensor,
+    WeightData, WeightInput,
 };
+use crate::quant::GgmlType::{self, F16, F32};
 
-use crate::backend::{Caps, Result, Stats, Tensor, WeightData};
-use crate::quant::GgmlType;
-
+use acts::Acts;
 use buffers::Buffers;
+use kernels::elementwise::{self, Elementwise};
+use kernels::matvec_blocks::MatVecBlocks;
+use kernels::{Aux, Dispatch, copy, norm, softmax};
 use pending::Pending;
-use pipelines::{PipelineCache, WG_ROW};
-use recorder::{Params, Recorder};
+use pipelines::PipelineCache;
+use recorder::Recorder;
 
 /// Up to this many tokens a matmul runs as mat-vec (weights streamed once
 /// per token); above it, the tiled kernel.
@@ -47,56 +60,11 @@ pub struct GpuBackend {
     dummy: Tensor,
     /// exact.wgsl's constants and tables (`1 × tables::LEN` F32).
     tables: Tensor,
-    /// Rounded activations for matmuls, grown on first use of a larger
-    /// batch and reused.
+    /// Rounded activations for matmuls, and what they hold.
     acts: Acts,
-    /// What `acts` holds: (tensor id, rows, cols, rounding), valid until
-    /// anything may have written that tensor.
-    acts_of: Option<(u32, usize, usize, Held)>,
     /// An op not yet dispatched, for the next to join (`Pending`); anything
     /// else dispatches it as it is first.
     pending: Option<Pending>,
-    /// The split matmul's scratch (`split_sums`).
-    split_sums: Option<Tensor>,
-}
-
-/// A matmul's activations, rounded as ggml rounds them (`quantize.wgsl`).
-#[derive(Default)]
-struct Acts {
-    /// Values that fit: rounded values, or Q8 quants, as F32 or I32 words.
-    capacity: usize,
-    /// `1 × capacity` F32: Q8_K- or f16-rounded values.
-    vals: Option<Tensor>,
-    /// Q8 blocks: quants 4 per word (`1 × capacity / 4` I32), scales and
-    /// sums (`1 × capacity / 32` F32 each). Two sets: a fused op that reads
-    /// one set's rounding (`MatVecGlu`) writes its output's to the other.
-    q8: [Option<[Tensor; 3]>; 2],
-    /// The set that holds the cached rounding (`acts_of`).
-    q8_set: usize,
-    /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
-    /// matmul (`half_input`). Two sets, as `q8`: a fused op that reads one
-    /// set (`Pending::CoopGateUp`) writes its output's blocks to the other.
-    half: [Option<Tensor>; 2],
-    /// The set that holds the cached blocks (`acts_of`).
-    half_set: usize,
-}
-
-/// What `acts` holds for the tensor named in `acts_of`.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Held {
-    /// ggml's rounding for a matmul's weight type (`quantize.wgsl`, or the
-    /// op before it, fused).
-    Rounded(ActQuant),
-    /// Packed f16 for the cooperative-matrix matmul (`half_input`).
-    Half,
-}
-
-/// The input a matmul kernel reads.
-enum MatIn {
-    /// F32 values: the activations themselves or their rounding.
-    F32(Tensor),
-    /// Q8 blocks: quants, scales, sums.
-    Q8([Tensor; 3]),
 }
 
 impl GpuBackend {
@@ -114,8 +82,8 @@ impl GpuBackend {
 
     fn with_context(ctx: Context) -> Result<Self> {
         let mut buffers = Buffers::default();
-        let dummy = buffers.alloc(&ctx, "dummy", GgmlType::F32, 1, 4)?;
-        let tables = buffers.alloc(&ctx, "exact tables", GgmlType::F32, 1, tables::LEN)?;
+        let dummy = buffers.alloc(&ctx, "dummy", F32, 1, 4)?;
+        let tables = buffers.alloc(&ctx, "exact tables", F32, 1, tables::LEN)?;
         let mut rec = Recorder::new(&ctx);
         rec.write(
             &ctx,
@@ -130,9 +98,7 @@ impl GpuBackend {
             dummy,
             tables,
             acts: Acts::default(),
-            acts_of: None,
             pending: None,
-            split_sums: None,
         })
     }
 
@@ -162,16 +128,40 @@ impl GpuBackend {
         self.ctx.zero_copy
     }
 
-    pub(crate) fn gpu_caps(&self) -> Caps {
-        Caps {
-            is_gpu: true,
-            unified_memory: self.ctx.report.unified_memory,
-            max_tensor_bytes: self.ctx.max_binding.saturating_sub(8),
-        }
+    /// The kernels that ran since the backend opened, with profiling
+    /// (`GpuOptions::profile`); empty otherwise.
+    pub fn kernels_run(&self) -> Vec<Kernel> {
+        self.rec.kernels_run()
     }
 
-    pub(crate) fn gpu_stats(&self) -> Stats {
-        self.rec.stats
+    /// Records `d`, after the op held back (whatever `d` is, that op
+    /// comes first).
+    fn run(&mut self, d: Dispatch) -> Result<()> {
+        pending::flush(self)?;
+        if !writes_only_its_outputs(d.kernel) {
+            // Any other op may write the tensor whose rounding is cached.
+            self.acts.forget();
+        }
+        let mut bound = Vec::with_capacity(d.bound.len());
+        for t in &d.bound {
+            bound.push((t.id, self.buffers.get(*t)?.binding()));
+        }
+        self.rec.record(
+            &self.ctx,
+            &mut self.pipelines,
+            d.kernel,
+            &d.params,
+            &bound,
+            d.groups,
+        )
+    }
+
+    /// Tensors a dispatch may bind besides its own.
+    fn aux(&self) -> Aux {
+        Aux {
+            dummy: self.dummy,
+            tables: self.tables,
+        }
     }
 
     fn alloc_tensor(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
@@ -206,11 +196,134 @@ impl GpuBackend {
             .load_weight(&self.ctx, name, dtype, rows, cols, data)
     }
 
-    fn write_bytes(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
-        self.flush_pending()?;
+    /// What kernels take as a weight's row stride: bytes per row, or for
+    /// a repacked weight blocks per row (offsets count blocks there).
+    fn row_param(&self, dtype: GgmlType, cols: usize) -> usize {
+        if self.ctx.features.repacks(dtype) {
+            cols / dtype.block_size()
+        } else {
+            dtype.row_bytes(cols).unwrap_or(0)
+        }
+    }
+
+    fn require(&self, op: Op, dtype: GgmlType) -> Result<()> {
+        if self.supports(op, dtype) {
+            Ok(())
+        } else {
+            Err(BackendError::Unsupported {
+                backend: self.name(),
+                op,
+                dtype,
+            })
+        }
+    }
+
+    /// `out = op(gate) · up`: joining the gate and up held back, or held
+    /// back itself for what the next matmul reads of `out`.
+    fn glu(&mut self, op: Elementwise, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        if fusion::glu_of_gate_up(self, op, gate, up, out) {
+            return Ok(());
+        }
+        pending::defer(self, Pending::Glu { op, gate, up, out })
+    }
+}
+
+/// Whether a kernel writes only the outputs its callers report
+/// (`Acts::wrote`), so that the cached rounding of another tensor stays.
+fn writes_only_its_outputs(kernel: Kernel) -> bool {
+    matches!(
+        kernel,
+        Kernel::MatVec(_)
+            | Kernel::MatVecBlocks(
+                MatVecBlocks::MatVecMulti { .. } | MatVecBlocks::MatVecDot { .. }
+            )
+            | Kernel::MatMul(_)
+            | Kernel::MatMulCoop(_)
+            | Kernel::MatQ8(_)
+            | Kernel::Quantize(_)
+            | Kernel::SplitSums(_)
+    )
+}
+
+/// A limit of the GPU kernels beyond the contract.
+fn limit(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(BackendError::Shape {
+            op,
+            detail: detail(),
+        })
+    }
+}
+
+/// The contract's ops: each runs the contract's shared shape and type
+/// checks (`backend::check`, the same the CPU runs), then the kernels' own
+/// limits (a bad call is an error, never a panic or an out-of-bounds
+/// dispatch), then its dispatches, or holds itself back to fuse.
+impl Backend for GpuBackend {
+    fn name(&self) -> String {
+        // As llama-bench names a device: the API, then the adapter.
+        format!("{} ({})", self.ctx.report.backend, self.ctx.report.name)
+    }
+
+    fn caps(&self) -> Caps {
+        Caps {
+            is_gpu: true,
+            unified_memory: self.ctx.report.unified_memory,
+            max_tensor_bytes: self.ctx.max_binding.saturating_sub(8),
+        }
+    }
+
+    fn supports(&self, op: Op, dtype: GgmlType) -> bool {
+        match op {
+            Op::GetRows | Op::MatMul => WEIGHT_TYPES.contains(&dtype),
+            Op::SetRows | Op::Attention | Op::Copy => matches!(dtype, F32 | F16),
+            // Not yet kernels here: a model that needs them is refused at
+            // load (`Model::load`).
+            Op::TopKMoe | Op::MatMulId | Op::MoeSum => false,
+            _ => dtype == F32,
+        }
+    }
+
+    fn alloc(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
+        self.alloc_tensor(dtype, rows, cols)
+    }
+
+    fn load_weight(
+        &mut self,
+        name: &str,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: WeightData,
+    ) -> Result<Tensor> {
+        self.load(name, dtype, rows, cols, &data)
+    }
+
+    fn load_joined(&mut self, ws: &[WeightInput]) -> Result<Vec<Tensor>> {
+        // Only the prefill matmuls on cooperative matrices read them joined
+        // (`matmul::matmuls_coop`).
+        if self.ctx.features.coop != 0 {
+            if let Some(ts) = self.buffers.load_joined(&self.ctx, ws)? {
+                return Ok(ts);
+            }
+        }
+        ws.iter()
+            .map(|w| self.load(&w.name, w.dtype, w.rows, w.cols, &w.data))
+            .collect()
+    }
+
+    fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
+        fusion::discard_held(self, ts);
+        Ok(())
+    }
+
+    fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
+        pending::flush(self)?;
         let slot = self.buffers.get(t)?;
         if bytes.len() as u64 > slot.bytes {
-            return Err(crate::backend::BackendError::Other(format!(
+            return Err(BackendError::Other(format!(
                 "write of {} bytes into {} ({} bytes)",
                 bytes.len(),
                 slot.name,
@@ -219,15 +332,15 @@ impl GpuBackend {
         }
         self.rec
             .write(&self.ctx, (&slot.buffer, slot.offset), bytes);
-        self.acts_of = None;
+        self.acts.forget();
         Ok(())
     }
 
-    fn read_bytes(&mut self, t: Tensor, out: &mut [u8]) -> Result<()> {
-        self.flush_pending()?;
+    fn read(&mut self, t: Tensor, out: &mut [u8]) -> Result<()> {
+        pending::flush(self)?;
         let slot = self.buffers.get(t)?;
         if out.len() as u64 > slot.bytes {
-            return Err(crate::backend::BackendError::Other(format!(
+            return Err(BackendError::Other(format!(
                 "read of {} bytes from {} ({} bytes)",
                 out.len(),
                 slot.name,
@@ -237,15 +350,14 @@ impl GpuBackend {
         self.rec.read(&self.ctx, (&slot.buffer, slot.offset), out)
     }
 
-    /// `Backend::read_all`: every tensor's bytes copied by one submission.
-    fn read_all_bytes(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
-        self.flush_pending()?;
+    fn read_all(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
+        pending::flush(self)?;
         let mut parts = Vec::with_capacity(ts.len());
         for &t in ts {
             let slot = self.buffers.get(t)?;
             let n = t.n_bytes();
             if n as u64 > slot.bytes {
-                return Err(crate::backend::BackendError::Other(format!(
+                return Err(BackendError::Other(format!(
                     "read of {n} bytes from {} ({} bytes)",
                     slot.name, slot.bytes
                 )));
@@ -254,7 +366,7 @@ impl GpuBackend {
         }
         let total: usize = parts.iter().map(|p| p.2).sum();
         if total != out.len() {
-            return Err(crate::backend::BackendError::Other(format!(
+            return Err(BackendError::Other(format!(
                 "read of {total} bytes into {} bytes",
                 out.len()
             )));
@@ -262,246 +374,191 @@ impl GpuBackend {
         self.rec.read_parts(&self.ctx, &parts, out)
     }
 
-    fn sync(&mut self) -> Result<()> {
-        self.flush_pending()?;
+    fn synchronize(&mut self) -> Result<()> {
+        pending::flush(self)?;
         self.rec.wait(&self.ctx)
     }
 
-    /// Records `kernel` over `groups` workgroups with `tensors` bound in its
-    /// binding order.
-    fn run(
+    fn stats(&self) -> Stats {
+        self.rec.stats
+    }
+
+    fn op_times(&self) -> Vec<OpTime> {
+        self.rec.op_times()
+    }
+
+    fn get_rows(&mut self, table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        self.require(Op::GetRows, table.dtype)?;
+        contract::get_rows(table, ids, out)?;
+        let row_bytes = self.row_param(table.dtype, table.cols);
+        let t = (table, ids, out);
+        // A split table: each part writes the rows whose ids fall in it.
+        let Some(parts) = self.buffers.parts(table).map(<[_]>::to_vec) else {
+            return self.run(kernels::get_rows::dispatch(t, row_bytes, None));
+        };
+        for part in parts {
+            self.run(kernels::get_rows::dispatch(t, row_bytes, Some(part)))?;
+        }
+        Ok(())
+    }
+
+    fn set_rows(&mut self, src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
+        let op = Op::SetRows;
+        self.require(op, dst.dtype)?;
+        contract::set_rows(src, ids, dst)?;
+        // Each invocation writes one whole u32 word of an F16 row.
+        limit(op, dst.dtype == F32 || dst.cols.is_multiple_of(2), || {
+            format!(
+                "an F16 destination needs an even row length, not {}",
+                dst.cols
+            )
+        })?;
+        // Held back for V's write to join K's (the same arithmetic).
+        fusion::set_rows_paired(self, src, ids, dst)
+    }
+
+    fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
+        contract::rms_norm(x, weight, out)?;
+        // Held back for fusing with the next matmul's Q8 rounding
+        // (`acts::matmul_input`); any other use dispatches it first (`run`).
+        if let Some(w) = weight {
+            if fusion::norm_of_pending_add(self, x, w, eps, out) {
+                return Ok(());
+            }
+            return pending::defer(self, Pending::Norm { x, w, eps, out });
+        }
+        self.run(norm::rms_norm(x, None, eps, out, None))
+    }
+
+    fn rope(&mut self, x: Tensor, pos: Tensor, p: &RopeParams, out: Tensor) -> Result<()> {
+        let op = Op::Rope;
+        contract::rope(x, pos, p, out)?;
+        // One invocation per pair of values.
+        limit(
+            op,
+            p.head_dim.is_multiple_of(2) && p.n_dims.is_multiple_of(2),
+            || {
+                format!(
+                    "n_dims {} and head_dim {} must be even",
+                    p.n_dims, p.head_dim
+                )
+            },
+        )?;
+        if p.attn_factor != 1.0 {
+            // LongRoPE's magnitude on the cosines and sines is a scale of the
+            // rotated values, which is every value where the whole head
+            // rotates.
+            limit(op, p.n_dims == p.head_dim, || {
+                format!(
+                    "a RoPE attn_factor on {} of {} dims (only whole heads)",
+                    p.n_dims, p.head_dim
+                )
+            })?;
+            let plain = RopeParams {
+                attn_factor: 1.0,
+                ..*p
+            };
+            fusion::rope_paired(self, x, pos, &plain, out)?;
+            return self.scale(out, p.attn_factor, out);
+        }
+        // Held back for K's rope to join Q's (the same arithmetic).
+        fusion::rope_paired(self, x, pos, p, out)
+    }
+
+    fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
+        self.require(Op::MatMul, w.dtype)?;
+        contract::matmul(w, x, out)?;
+        matmul::matmul(self, w, x, out)
+    }
+
+    fn matmuls(&mut self, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> Result<()> {
+        matmul::matmuls(self, ws, x, outs)
+    }
+
+    fn attention(
         &mut self,
-        kernel: Kernel,
-        params: Params,
-        tensors: &[Tensor],
-        groups: u64,
+        q: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+        pos: Tensor,
+        seq: Tensor,
+        p: &AttentionParams,
+        out: Tensor,
     ) -> Result<()> {
-        // Whatever this dispatch is, a held-back norm comes before it.
-        self.flush_pending()?;
-        if !matches!(
-            kernel,
-            Kernel::MatVec(_)
-                | Kernel::MatVecMulti { .. }
-                | Kernel::MatVecDot { .. }
-                | Kernel::MatMul(_)
-                | Kernel::MatMulCoop { .. }
-                | Kernel::MatVecQ8(_)
-                | Kernel::MatMulQ8(_)
-                | Kernel::QuantizeActs(_)
-                | Kernel::SplitSums
-        ) {
-            // These write only the outputs their callers report (`wrote`);
-            // any other op may write the tensor whose rounding is cached.
-            self.acts_of = None;
-        }
-        let mut bound = Vec::with_capacity(tensors.len());
-        for t in tensors {
-            bound.push((t.id, self.buffers.get(*t)?.binding()));
-        }
-        self.rec.dispatch(
-            &self.ctx,
-            &mut self.pipelines,
-            kernel,
-            &params,
-            &bound,
-            groups,
-        )
-    }
-}
-
-/// Packs parameters: integers as they are, floats by their bits.
-fn params(values: &[P]) -> Params {
-    let mut p = [0u32; 16];
-    for (slot, v) in p.iter_mut().zip(values) {
-        *slot = match *v {
-            P::U(u) => u,
-            P::F(f) => f.to_bits(),
-        };
-    }
-    p
-}
-
-/// One parameter of a dispatch.
-#[derive(Clone, Copy)]
-enum P {
-    U(u32),
-    F(f32),
-}
-
-impl GpuBackend {
-    /// Whether a matmul of `x` by a `w` weight is a repacked decode (f32
-    /// mode) on Q8-rounded activations (`MatVecDot`, `MatVecMulti`).
-    fn dot_decode(&self, w: GgmlType, x: Tensor) -> bool {
-        self.ctx.features.repacks(w) && x.rows <= MATVEC_MAX_TOKENS
+        self.require(Op::Attention, k_cache.dtype)?;
+        contract::attention(q, k_cache, v_cache, pos, seq, p, out)?;
+        attention::attention(self, [q, k_cache, v_cache, pos, seq, out], p)
     }
 
-    /// `x` rounded as ggml rounds a matmul's activations for weights of
-    /// type `w` (in f32 mode for `dot_decode` only), or `x` itself. Consecutive matmuls on the same input (Q, K,
-    /// V; gate, up) share one rounding.
-    fn matmul_input(&mut self, w: GgmlType, x: Tensor) -> Result<MatIn> {
-        let rounds = self.ctx.quantize_activations || self.dot_decode(w, x);
-        let Some(q) = ActQuant::for_weight(w).filter(|_| rounds) else {
-            return Ok(MatIn::F32(x));
-        };
-        let cap = self.grow_acts(x.n_elements());
-        // The held-back op whose output x is, if it rounds it in its own
-        // dispatch.
-        let fusing = self.pending.filter(|p| p.out() == x && p.rounds_output());
-        let input = if q == ActQuant::Q8 {
-            let set = match fusing {
-                Some(p) if p.reads_q8() => 1 - self.acts.q8_set,
-                _ => self.acts.q8_set,
-            };
-            let bufs = match self.acts.q8[set] {
-                Some(b) => b,
-                None => {
-                    let b = [
-                        self.alloc_tensor(GgmlType::I32, 1, cap / 4)?,
-                        self.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
-                        self.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
-                    ];
-                    self.acts.q8[set] = Some(b);
-                    b
-                }
-            };
-            if set != self.acts.q8_set {
-                self.acts.q8_set = set;
-                self.acts_of = None;
+    fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        contract::binary(Op::Add, a, b, out)?;
+        // A residual add: into the mat-vec before it, or an rms_norm of
+        // the sum may follow (`AddRmsNorm`).
+        if !self.ctx.quantize_activations && a.rows == b.rows && a.cols == b.cols {
+            if fusion::matvec_with_residual(self, a, b, out)? {
+                return Ok(());
             }
-            let n = x.n_elements();
-            MatIn::Q8([
-                bufs[0].reshape(1, n / 4),
-                bufs[1].reshape(1, n / 32),
-                bufs[2].reshape(1, n / 32),
-            ])
-        } else {
-            let vals = match self.acts.vals {
-                Some(v) => v,
-                None => {
-                    let v = self.alloc_tensor(GgmlType::F32, 1, cap)?;
-                    self.acts.vals = Some(v);
-                    v
-                }
-            };
-            MatIn::F32(vals.reshape(x.rows, x.cols))
-        };
-        let fused = fusing.zip(match &input {
-            MatIn::Q8(bufs) => Some(*bufs),
-            MatIn::F32(_) => None,
-        });
-        if let Some((p, bufs)) = fused {
-            // The op and the rounding in one dispatch.
-            self.pending = None;
-            let (kernel, params, bound, groups) = p.dispatch(Some(bufs), self.aux());
-            self.run(kernel, params, &bound, groups)?;
-            self.acts_of = Some((x.id, x.rows, x.cols, Held::Rounded(q)));
+            return fusion::defer_add(self, a, b, out);
         }
-        if self.acts_of != Some((x.id, x.rows, x.cols, Held::Rounded(q))) {
-            let n = x.n_elements();
-            let (threads, bound) = match &input {
-                MatIn::Q8([xq, xd, xs]) => (n / 4, vec![x, *xq, *xd, *xs]),
-                MatIn::F32(v) if q == ActQuant::F16 => (n, vec![x, *v]),
-                MatIn::F32(v) => (n / 256, vec![x, *v]),
-            };
-            // Q8: one invocation per word; Q8_K: per block of 256.
-            let wg = if q == ActQuant::Q8K {
-                64
-            } else {
-                WG_ROW as usize
-            };
-            self.run(
-                Kernel::QuantizeActs(q),
-                params(&[P::U(n as u32)]),
-                &bound,
-                threads.div_ceil(wg) as u64,
-            )?;
-            self.acts_of = Some((x.id, x.rows, x.cols, Held::Rounded(q)));
-        }
-        Ok(input)
+        self.run(elementwise::dispatch(
+            Elementwise::Add,
+            a,
+            Some(b),
+            0.0,
+            out,
+        ))
     }
 
-    /// A `1 × n` F32 scratch for a split matmul's second half
-    /// (`CoopTile::HugeSplit`), grown when a larger one is asked for.
-    fn split_sums(&mut self, n: usize) -> Result<Tensor> {
-        match self.split_sums {
-            Some(t) if t.n_elements() >= n => Ok(t.reshape(1, n)),
-            _ => {
-                let t = self.alloc_tensor(GgmlType::F32, 1, n)?;
-                self.split_sums = Some(t);
-                Ok(t)
-            }
-        }
+    fn mul(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
+        contract::binary(Op::Mul, a, b, out)?;
+        self.run(elementwise::dispatch(
+            Elementwise::Mul,
+            a,
+            Some(b),
+            0.0,
+            out,
+        ))
     }
 
-    /// Makes `acts` hold at least `n` values (a new, empty set if it held
-    /// fewer); its capacity.
-    fn grow_acts(&mut self, n: usize) -> usize {
-        let n = n.max(32);
-        if self.acts.capacity < n {
-            self.acts = Acts {
-                capacity: n,
-                ..Acts::default()
-            };
-            self.acts_of = None;
-        }
-        self.acts.capacity
+    fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()> {
+        contract::scale(x, out)?;
+        self.run(elementwise::dispatch(Elementwise::Scale, x, None, s, out))
     }
 
-    /// `x` as packed f16 for `matmul_coop.wgsl`, which would round it so
-    /// when staging: rounded once per input rather than once per tile of
-    /// rows, and read at half the bytes. Consecutive matmuls on the same
-    /// input (Q, K, V; gate, up) share it. The tensor has x's shape but
-    /// `HalfBlocks`'s layout (blocks of 32 along a row, each block of all
-    /// rows together); only that kernel reads it. x's columns are a
-    /// multiple of 32 (the caller's condition for the coop matmul).
-    fn half_input(&mut self, x: Tensor) -> Result<Tensor> {
-        let cap = self.grow_acts(x.n_elements());
-        let key = Some((x.id, x.rows, x.cols, Held::Half));
-        let held = self.pending.filter(|p| p.out() == x);
-        let set = match held {
-            Some(p) if self.acts_of != key && p.reads_half() => 1 - self.acts.half_set,
-            _ => self.acts.half_set,
-        };
-        let half = match self.acts.half[set] {
-            Some(t) => t,
-            None => {
-                let t = self.alloc_tensor(GgmlType::F16, 1, cap)?;
-                self.acts.half[set] = Some(t);
-                t
-            }
-        };
-        let half = half.reshape(x.rows, x.cols);
-        if self.acts_of != key {
-            self.acts.half_set = set;
-            // The op held back whose output x is writes both, if it can.
-            let (f, aux) = (self.ctx.features, self.aux());
-            let fused = held.and_then(|p| p.half_dispatch(half, f, aux));
-            let (kernel, params, bound, groups) = match fused {
-                Some(call) => {
-                    self.pending = None;
-                    call
-                }
-                None => {
-                    let n = x.n_elements();
-                    let p = params(&[P::U(n as u32), P::U(x.cols as u32)]);
-                    (
-                        Kernel::HalfBlocks,
-                        p,
-                        vec![x, half],
-                        n.div_ceil(2 * 256) as u64,
-                    )
-                }
-            };
-            self.run(kernel, params, &bound, groups)?;
-            self.acts_of = key;
-        }
-        Ok(half)
+    fn softcap(&mut self, x: Tensor, cap: f32, out: Tensor) -> Result<()> {
+        contract::softcap(x, cap, out)?;
+        self.run(elementwise::dispatch(
+            Elementwise::Softcap,
+            x,
+            None,
+            cap,
+            out,
+        ))
     }
 
-    /// Forgets the cached rounding if `out` is the tensor it came from.
-    fn wrote(&mut self, out: Tensor) {
-        if self.acts_of.is_some_and(|(id, ..)| id == out.id) {
-            self.acts_of = None;
-        }
+    fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        contract::glu(Op::SiluMul, gate, up, out)?;
+        self.glu(Elementwise::SiluMul, gate, up, out)
+    }
+
+    fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
+        contract::glu(Op::GeluMul, gate, up, out)?;
+        self.glu(Elementwise::GeluMul, gate, up, out)
+    }
+
+    fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
+        contract::softmax(x, out)?;
+        self.run(softmax::dispatch(softmax::SoftmaxKernel::Softmax, x, out))
+    }
+
+    fn argmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {
+        contract::argmax(x, out)?;
+        limit(Op::Argmax, x.cols > 0, || "rows of 0 values".into())?;
+        self.run(softmax::dispatch(softmax::SoftmaxKernel::Argmax, x, out))
+    }
+
+    fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()> {
+        contract::copy(src, dst)?;
+        self.run(copy::copy(src, dst))
     }
 }

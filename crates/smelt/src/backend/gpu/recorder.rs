@@ -22,7 +22,8 @@ use std::collections::HashMap;
 use crate::backend::{BackendError, OpTime, Result, Stats};
 
 use super::context::Context;
-use super::pipelines::{Kernel, PARAMS_BYTES, PipelineCache};
+use super::kernels::{Kernel, PARAMS_BYTES, ParamBlock};
+use super::pipelines::PipelineCache;
 
 /// The longest a read polls without sleeping before it blocks (a long
 /// prefill need not hold a core).
@@ -30,9 +31,6 @@ const SPIN_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Dispatches one submission can hold before the arena forces a submit.
 const MAX_DISPATCHES: u64 = 4096;
-
-/// The u32 parameters of one dispatch (`struct Params` in common.wgsl).
-pub type Params = [u32; 16];
 
 pub struct Recorder {
     encoder: Option<wgpu::CommandEncoder>,
@@ -183,6 +181,13 @@ impl Recorder {
         v
     }
 
+    /// The kernels timed so far (profiling only; empty otherwise).
+    pub fn kernels_run(&self) -> Vec<Kernel> {
+        self.profiler
+            .as_ref()
+            .map_or_else(Vec::new, |p| p.totals.keys().copied().collect())
+    }
+
     fn encoder(&mut self, ctx: &Context) -> &mut wgpu::CommandEncoder {
         self.encoder.get_or_insert_with(|| {
             ctx.device
@@ -198,12 +203,12 @@ impl Recorder {
 
     /// Records one dispatch of `kernel` over `groups` workgroups.
     /// `buffers` are (tensor id, buffer) in the kernel's binding order.
-    pub fn dispatch(
+    pub fn record(
         &mut self,
         ctx: &Context,
         pipelines: &mut PipelineCache,
         kernel: Kernel,
-        params: &Params,
+        params: &ParamBlock,
         buffers: &[(u32, wgpu::BufferBinding)],
         groups: u64,
     ) -> Result<()> {
@@ -439,9 +444,8 @@ impl Recorder {
 /// On a hardware adapter, polls the device without sleeping until `rx`
 /// has the mapping's result, for up to `SPIN_LIMIT`; None on a software
 /// one (it needs the cores) or past the limit. Sleeping in the driver's
-/// wait cost every token its wake-up and a slower core after it: on
-/// an H200, tg128 of the 1b Q4_0 model went from 553-564 t/s to
-/// 625-691, the host's recording and submission getting faster too.
+/// wait costs every token its wake-up and a slower core after it, for the
+/// recording and submission of the next token too (docs/perf-notes.md).
 fn spin(
     ctx: &Context,
     rx: &std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,

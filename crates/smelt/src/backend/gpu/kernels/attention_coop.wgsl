@@ -38,9 +38,7 @@
 // The host uses it with at least FS cache rows; a block that would run
 // past the last cache row is moved back and masks the keys it repeats.
 //
-// Params as attention.wgsl: 0 n (query rows), 1 n_heads, 2 n_kv_heads,
-// 3 head_dim, 4 ctx, 5 window (0: none), 6 scale (f32; over softcap when
-// there is one), 7 softcap (f32, 0: none), 8 cache rows. SQ divides
+// The parameters are attention.wgsl's (attention_keys.wgsl). SQ divides
 // n_heads / n_kv_heads.
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
@@ -98,8 +96,8 @@ fn put(h: u32, v: vec4<f16>) {
 
 // A scaled score, capped as ggml caps it: cap · tanh(s · scale / cap).
 fn scaled(s: f32) -> f32 {
-    let cap = pf(7);
-    let v = s * pf(6);
+    let cap = P.softcap;
+    let v = s * P.scale;
     if (cap <= 0.0) {
         return v;
     }
@@ -125,7 +123,7 @@ fn fetch(lid: u32, cb: u32, base: u32) -> Block {
     var b: Block;
     for (var c = 0u; c < NKV; c++) {
         let i = min(lid + c * WG, FS * HD / 4u - 1u);
-        let e = ((cb + i / (HD / 4u)) * pu(2) * HD + base) / 4u + i % (HD / 4u);
+        let e = ((cb + i / (HD / 4u)) * P.n_kv_heads * HD + base) / 4u + i % (HD / 4u);
         b.k[c] = kc[e];
         b.v[c] = vc[e];
     }
@@ -167,8 +165,8 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
-    let n = pu(0);
-    let nh = pu(1);
+    let n = P.n;
+    let nh = P.n_heads;
     let blocks = (n + FS - 1u) / FS;
     let groups = nh / SQ;
     // No early return for a workgroup past the blocks (a grid spilled into
@@ -181,7 +179,7 @@ fn main(
     let h0 = (g % groups) * SQ;
     let h = h0 + sg;
     let i0 = (blocks - 1u - g / groups) * FS;
-    let base = (h0 / (nh / pu(2))) * HD;
+    let base = (h0 / (nh / P.n_kv_heads)) * HD;
     // The SQ heads' queries, rounded, at the start of st.
     for (var e = lid; e < SQ * FS * HD / 4u; e += WG) {
         let s = e / (FS * HD / 4u);
@@ -208,7 +206,7 @@ fn main(
         grow = 0u;
     }
     let all = workgroupUniformLoad(&span);
-    let last = pu(8) - FS;
+    let last = P.cache_rows - FS;
 {{Q_DECL}}
     var zero: coop_mat{{FS}}x{{FS}}<f32, C>;
     var m = NEG_BIG;
@@ -317,7 +315,7 @@ fn emit(d: u32, sb: u32, ob: u32, k0: u32, r: u32, inv: f32, valid: bool) {
             // Column c of the head: block c / 32 of the row (a head is
             // whole blocks).
             let c = d * FS + k0 + e;
-            halves[half_row + (c / 32u) * pu(0) * 16u + (c % 32u) / 2u] = pack_f16(v.x, v.y);
+            halves[half_row + (c / 32u) * P.n * 16u + (c % 32u) / 2u] = pack_f16(v.x, v.y);
 #endif
         }
     }

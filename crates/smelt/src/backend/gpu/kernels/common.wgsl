@@ -1,24 +1,10 @@
-// Shared by every kernel: the per-dispatch parameter block and the
-// workgroup-index helper. Prepended to each kernel's source.
+// Shared by every kernel, prepended to each kernel's source: the
+// workgroup-index helper, f16 rounding and the blocked f16 layout.
 //
-// Each dispatch gets one 64-byte slot of a uniform buffer that holds every
-// dispatch of the submission; the slot is chosen with a dynamic offset, so
-// the whole block is written once per submission.
-
-struct Params {
-    v: array<vec4<u32>, 4>,
-}
-
-@group(0) @binding(0) var<uniform> P: Params;
-
-// The i-th 32-bit parameter.
-fn pu(i: u32) -> u32 {
-    return P.v[i / 4u][i % 4u];
-}
-
-fn pf(i: u32) -> f32 {
-    return bitcast<f32>(pu(i));
-}
+// Each family declares its parameters as `struct Params`, bound as `P` at
+// binding 0: one 64-byte slot per dispatch of a uniform buffer that holds
+// every dispatch of the submission, chosen with a dynamic offset, so the
+// whole block is written once per submission.
 
 // Dispatches wider than maxComputeWorkgroupsPerDimension spill into y.
 fn wg_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
@@ -31,9 +17,9 @@ const NEG_BIG: f32 = -3.0e38;
 
 // The f16 bits of v rounded to nearest, ties to even, as the CPU (and
 // ggml) convert: Vulkan leaves the rounding of pack2x16float to the
-// implementation, and NVIDIA's does not round to nearest (measured on the
-// H100: every Q8 scale and f16 cache value that ggml's mode rounds came
-// out different). Overflow gives infinity, NaN a quiet NaN.
+// implementation, and NVIDIA's does not round to nearest (every Q8 scale
+// and f16 cache value that ggml's mode rounds would differ from the CPU's).
+// Overflow gives infinity, NaN a quiet NaN.
 fn f16_bits(v: f32) -> u32 {
     let b = bitcast<u32>(v);
     let sign = (b >> 16u) & 0x8000u;

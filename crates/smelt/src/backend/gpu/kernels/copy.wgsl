@@ -7,8 +7,12 @@
 // row apart, the same block of all rows together (`matmul_coop.wgsl`'s
 // activations: a tile's step then reads one run).
 //
-// copy params:     0 n (elements); with BLOCKS, 1 cols (a multiple of 32).
-// set_rows params: 0 n (src rows), 1 cols, 2 dst rows.
+struct Params {
+    n: u32,        // values (copy), or rows of src (SET_ROWS)
+    cols: u32,     // values per row (BLOCKS: a multiple of 32)
+    dst_rows: u32, // SET_ROWS: rows of dst
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 #ifdef SRC_F16
 @group(0) @binding(1) var<storage, read_write> src: array<u32>;   // (rows, cols) f16 pairs
@@ -54,7 +58,7 @@ fn src_of(second: bool, e: u32) -> f32 {
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = gid.x + gid.y * nwg.x * 256u;
 #ifdef SET_ROWS
-    let cols = pu(1);
+    let cols = P.cols;
 #ifdef DST_F16
     let per_row = cols / 2u;
 #else
@@ -63,19 +67,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var gi = g;
     var second = false;
 #ifdef PAIR
-    if (g >= pu(0) * per_row) {
-        gi = g - pu(0) * per_row;
+    if (g >= P.n * per_row) {
+        gi = g - P.n * per_row;
         second = true;
     }
 #endif
-    if (gi >= pu(0) * per_row) {
+    if (gi >= P.n * per_row) {
         return;
     }
     let i = gi / per_row;
     let c = gi % per_row;
     let id = ids[i];
     // An id outside the cache writes nothing rather than out of bounds.
-    if (id < 0 || u32(id) >= pu(2)) {
+    if (id < 0 || u32(id) >= P.dst_rows) {
         return;
     }
 #ifdef DST_F16
@@ -94,12 +98,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 #endif
     dst[at] = word;
 #else
-    let n = pu(0);
+    let n = P.n;
 #ifdef BLOCKS
     if (2u * g >= n) {
         return;
     }
-    let e = block_pair(g, pu(1), n / pu(1));
+    let e = block_pair(g, P.cols, n / P.cols);
     dst[g] = pack_f16(src_at(e), src_at(e + 1u));
 #else
 #ifdef DST_F16

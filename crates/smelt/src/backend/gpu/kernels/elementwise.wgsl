@@ -1,8 +1,9 @@
 // Elementwise ops, one define each: ADD (out = a + b), MUL (a * b), SCALE
-// (a * s), SOFTCAP (s · tanh(a / s)), SILU_MUL (silu(a) * b), GELU_MUL (gelu_tanh(a) * b). For ADD and
-// MUL, b may be a single row broadcast over a's rows. out may be a: every
-// binding is read_write so the same buffer can be bound twice. SiLU and
-// GELU are the fast CPU backend's, bit for bit (exact.wgsl).
+// (a * s), SOFTCAP (s · tanh(a / s)), SILU_MUL (silu(a) * b), GELU_MUL
+// (gelu_tanh(a) * b). For ADD and MUL, b may be a single row broadcast
+// over a's rows; SCALE and SOFTCAP (ONE_INPUT) have no b. out may be a:
+// every binding is read_write so the same buffer can be bound twice. SiLU
+// and GELU are the fast CPU backend's, bit for bit (exact.wgsl).
 //
 // The Q8 define (SILU_MUL and GELU_MUL) fuses the next matmul's
 // activation rounding (exact.wgsl's q8_store, as quantize.wgsl's Q8) on
@@ -13,8 +14,14 @@
 // (`GpuBackend::half_input`): one invocation per word of 2 values, in the
 // blocked order.
 //
-// Params: 0 n (elements), 1 b_len (elements of b; b[i % b_len]), 2 s (f32),
-// 3 cols (HALF, a multiple of 32).
+struct Params {
+    n: u32,     // elements
+    b_len: u32, // elements of b (b[i % b_len])
+    s: f32,     // SCALE: the factor; SOFTCAP: the cap
+    cols: u32,  // HALF: values per row (a multiple of 32)
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
@@ -33,18 +40,18 @@
 fn op(i: u32) -> f32 {
     let x = a[i];
 #ifdef ADD
-    return x + b[i % pu(1)];
+    return x + b[i % P.b_len];
 #endif
 #ifdef MUL
-    return x * b[i % pu(1)];
+    return x * b[i % P.b_len];
 #endif
 #ifdef SCALE
-    return x * pf(2);
+    return x * P.s;
 #endif
 #ifdef SOFTCAP
     // tanh saturates to ±1 in f32 past ±10; some drivers' tanh overflows
     // to NaN far beyond.
-    return tanh(clamp(x * (1.0 / pf(2)), -10.0, 10.0)) * pf(2);
+    return tanh(clamp(x * (1.0 / P.s), -10.0, 10.0)) * P.s;
 #endif
 #ifdef SILU_MUL
     return cpu_silu(x) * b[i];
@@ -58,10 +65,10 @@ fn op(i: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = gid.x + gid.y * nwg.x * 256u;
-    if (2u * g >= pu(0)) {
+    if (2u * g >= P.n) {
         return;
     }
-    let e = block_pair(g, pu(3), pu(0) / pu(3));
+    let e = block_pair(g, P.cols, P.n / P.cols);
     let v = vec2<f32>(op(e), op(e + 1u));
     out[e] = v.x;
     out[e + 1u] = v.y;
@@ -72,7 +79,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg) * {{WG}}u + lid;
-    let live = g < pu(0) / 4u;
+    let live = g < P.n / 4u;
     var v = vec4<f32>(0.0);
     if (live) {
         for (var e = 0u; e < 4u; e++) {
@@ -86,7 +93,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
-    if (i < pu(0)) {
+    if (i < P.n) {
         out[i] = op(i);
     }
 }

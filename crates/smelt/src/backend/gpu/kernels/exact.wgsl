@@ -41,14 +41,15 @@ fn fmaf4(a: vec4<f32>, b: vec4<f32>, c: vec4<f32>) -> vec4<f32> {
     return vec4<f32>(fmaf(a.x, b.x, c.x), fmaf(a.y, b.y, c.y), fmaf(a.z, b.z, c.z), fmaf(a.w, b.w, c.w));
 }
 
-// x itself, hidden from the compiler: it XORs with parameter 15, which the
-// host always leaves 0. Nothing can be contracted or simplified across it
-// (float-float arithmetic relies on exact IEEE adds).
+// x itself, hidden from the compiler: it XORs with the parameter block's
+// `zero`, which the host always leaves 0 (every family that includes this
+// file without FAST declares it). Nothing can be contracted or simplified
+// across it (float-float arithmetic relies on exact IEEE adds).
 fn opaque(x: f32) -> f32 {
 #ifdef FAST
     return x;
 #else
-    return bitcast<f32>(bitcast<u32>(x) ^ P.v[3][3]);
+    return bitcast<f32>(bitcast<u32>(x) ^ P.zero);
 #endif
 }
 

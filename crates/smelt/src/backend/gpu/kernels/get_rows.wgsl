@@ -1,9 +1,17 @@
 // get_rows: out[i] = dequantize(table[ids[i]]), the embedding lookup.
 // Includes quant.wgsl; one variant per table type.
 //
-// Params: 0 n_ids, 1 cols, 2 row_bytes (of the table), 3 n_table_rows,
-// 4 first row and 5 1 when the table is one part of a split weight.
 // One invocation per 8 values (PLAIN types: per value) of an output row.
+
+struct Params {
+    n: u32,          // ids (output rows)
+    cols: u32,       // values per row
+    row_bytes: u32,  // the table's row stride
+    table_rows: u32, // rows of the table, or of the part bound
+    row0: u32,       // the part's first row in the whole table
+    split: u32,      // 1: the table bound is a part of a split weight
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (table_rows, cols) in TYPE
 @group(0) @binding(2) var<storage, read_write> ids: array<i32>;   // (n)
@@ -12,9 +20,9 @@
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = gid.x + gid.y * nwg.x * 64u;
-    let n = pu(0);
-    let cols = pu(1);
-    let row_bytes = pu(2);
+    let n = P.n;
+    let cols = P.cols;
+    let row_bytes = P.row_bytes;
 #ifdef PLAIN
     let per_row = cols;
 #else
@@ -27,12 +35,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let c = g % per_row;
     // Ids were range-checked on the host when possible; clamp anyway so a
     // bad id can never read outside the table.
-    var row = u32(clamp(ids[i], 0, i32(pu(3)) - 1));
-    if (pu(5) != 0u) {
-        // One part of a split table (rows pu(4) .. pu(4) + pu(3)): only ids
+    var row = u32(clamp(ids[i], 0, i32(P.table_rows) - 1));
+    if (P.split != 0u) {
+        // One part of a split table (rows row0 .. row0 + table_rows): only ids
         // that fall in it.
-        let r = ids[i] - i32(pu(4));
-        if (r < 0 || r >= i32(pu(3))) {
+        let r = ids[i] - i32(P.row0);
+        if (r < 0 || r >= i32(P.table_rows)) {
             return;
         }
         row = u32(r);

@@ -5,9 +5,18 @@
 // (and loads the same of 4 tokens), storing them as vec4s across rows
 // (tokens) in workgroup memory. Then each invocation accumulates an 8 × 8
 // block in registers: four vec4 loads per 64 multiply-adds.
-//
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
-// (m, or more when w is a part of a split weight), 6 out's first column.
+
+struct Params {
+    m: u32,          // rows of w
+    k: u32,          // values per row
+    n: u32,          // tokens
+    row_bytes: u32,  // w's row stride
+    groups_m: u32,   // workgroups along m (rows)
+    out_stride: u32, // out's row stride: m, or more for a part of a split weight
+    out_col0: u32,   // out's first column
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read_write> x: array<f32>;     // (n, k)
@@ -30,13 +39,13 @@ fn v8_at(v: V8, e: u32) -> f32 {
 
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let m = pu(0);
-    let k = pu(1);
-    let n = pu(2);
-    let row_bytes = pu(3);
+    let m = P.m;
+    let k = P.k;
+    let n = P.n;
+    let row_bytes = P.row_bytes;
     let g = wg_index(wid, nwg);
-    let r0 = (g % pu(4)) * TM;
-    let t0 = (g / pu(4)) * TN;
+    let r0 = (g % P.groups_m) * TM;
+    let t0 = (g / P.groups_m) * TN;
     if (t0 >= n) {
         return;
     }
@@ -120,7 +129,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             for (var i = 0u; i < 4u; i++) {
                 let r = r0 + 8u * ty + 4u * h + i;
                 if (t < n && r < m) {
-                    out[t * pu(5) + pu(6) + r] = acc[2u * j + h][i];
+                    out[t * P.out_stride + P.out_col0 + r] = acc[2u * j + h][i];
                 }
             }
         }

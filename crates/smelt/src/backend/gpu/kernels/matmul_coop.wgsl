@@ -11,12 +11,12 @@
 // copy, not once per tile of rows: `GpuBackend::half_input`), two values a
 // word, in blocks of 32 values along k with the same block of all n tokens
 // together: a step's activation tile is one run of memory, which its
-// invocations read in order (as rows of n × k, each token's 64 bytes were
-// a run of their own, and the loads took ~10% longer).
+// invocations read in order (as rows of n × k, each token's 64 bytes would
+// be a run of their own, and the loads take longer).
 //
 // Per step of TK = 32 along k, the workgroup decodes the weight tile
 // from its GGUF blocks (`de8`, 8 values per call; for Q4_0 `de8h`, in f16
-// arithmetic, which took the H200's 8b GEMMs from 91 to 82 µs a token)
+// arithmetic, about half the staging's instructions of `de8`)
 // and widens the activations' words, both into workgroup memory as [row
 // or token][k] with LDS halves per row, stored V halves at a time; each
 // subgroup then loads its fragments from there and multiplies. The next
@@ -26,8 +26,8 @@
 // multiplies, so their loads are in flight meanwhile. (Widening f16 pairs
 // to f32 and rounding them back is exact; WGSL has no bitcast of a word to
 // two f16 that naga 30 accepts, and `x` bound as f16, as
-// `array<vec4<f16>>` or as a 16-byte struct of two, made the GEMMs ~25%
-// slower on the H200.)
+// `array<vec4<f16>>` or as a 16-byte struct of two, makes the GEMMs
+// slower: docs/perf-notes.md.)
 // At the end each subgroup stages one accumulator at a time in workgroup
 // memory and writes the part inside (n, m) to `out`, so no dimension needs
 // to be a multiple of the tile. k must be a multiple of 32 (the host checks).
@@ -36,31 +36,47 @@
 // NVIDIA, AMD, Intel) or FS = 8 (Metal's simdgroup matrices, whose loads
 // take scalar pointers: V = 1).
 //
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 tiles along m, 5 out's row stride
-// (m, or more when w is a part of a split weight), 6 out's first column.
-//
 // SPLIT (huge tiles of a matmul whose tiles are too few): k in two
-// halves of `pu(7)` each, the first half's workgroups (`part` 0) writing
+// halves of `k_half` each, the first half's workgroups (`part` 0) writing
 // `out` as above, the second's their sums to `sums1` (n, m), which the host
 // then adds to `out`.
 //
 // MULTI (repacked types): up to 3 weights of one input in one dispatch
 // (`Backend::matmuls`: Q, K, V; gate, up), their tiles along m one after
 // the other, so the small K and V projections fill the GPU together with
-// Q; weight i > 0 is bound as wq{i} and writes all of out{i}. Params: 4
-// the tiles of all, 7 m1, 8 m2, 9 and 10 the first tiles of w1 and w2.
-// With JOINT the weights are side by side in one buffer (`Buffers::load_joined`),
-// bound once as wq, weight i from its first block, param 11 + i: a load
-// then needs no branch on the weight, which made the H200's multi GEMMs
-// ~25% slower (8b's K and V 5.1 against 6.4 µs a token).
+// Q; weight i > 0 is bound as wq{i} and writes all of out{i}.
+// With JOINT the weights are side by side in one buffer
+// (`Buffers::load_joined`), bound once as wq, weight i from its first block
+// (first0, first1, first2): a load then needs no branch on the weight,
+// which costs the multi GEMMs ~25%.
 //
-// GLU (repacked types): gate and up joined in wq (from blocks params 11 and
-// 12), and a tile's rows gate and up rows of the same TM / 2 features in
+// GLU (repacked types): gate and up joined in wq (from blocks first0 and
+// first1), and a tile's rows gate and up rows of the same TM / 2 features in
 // turns of FS: a subgroup's fragment rows 2i and 2i + 1 are then the gate
-// and up of the same features, which `glu_emit` stores (param 7 bit 2)
+// and up of the same features, which `glu_emit` stores (`writes` bit 2)
 // with act = op(gate) · up (bit 0) and act as the next coop matmul's f16
 // blocks (bit 1), where a `GluHalf` dispatch would read gate and up back.
-// Param 4 the tiles along the features (m, a multiple of 32).
+// `groups_m` counts tiles along the features (m, a multiple of 32).
+
+struct Params {
+    m: u32,          // rows of w
+    k: u32,          // values per row (a multiple of 32)
+    n: u32,          // tokens
+    row_bytes: u32,  // w's row stride
+    groups_m: u32,   // tiles along m (MULTI: of all weights; GLU: of features)
+    out_stride: u32, // out's row stride: m, or more for a part of a split weight
+    out_col0: u32,   // out's first column
+    k_half: u32,     // SPLIT: k of each half
+    m1: u32,         // MULTI: rows of w1
+    m2: u32,         // rows of w2 (0: none)
+    tile1: u32,      // w1's first tile
+    tile2: u32,      // w2's first tile
+    first0: u32,     // JOINT, GLU: the block where w (gate) starts in wq
+    first1: u32,     // where w1 (up) starts
+    first2: u32,     // where w2 starts
+    writes: u32,     // GLU: bit 0 act, bit 1 its f16 blocks, bit 2 gate and up are written
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
@@ -141,7 +157,7 @@ struct Step {
 }
 
 fn fetch(lid: u32, k0: u32, r0: u32, t0: u32, m: u32) -> Step {
-    let n = pu(2);
+    let n = P.n;
     var s: Step;
     for (var c = 0u; c < NW; c++) {
         let i = lid + c * WG;
@@ -149,12 +165,12 @@ fn fetch(lid: u32, k0: u32, r0: u32, t0: u32, m: u32) -> Step {
         // Tile row i / 4: gate or up row of feature r0 + ....
         let tr = i / (TK / 8u);
         let r = min(r0 + (tr / (2u * FS)) * FS + tr % FS, m - 1u);
-        let first = select(pu(11), pu(12), (tr / FS) % 2u == 1u);
+        let first = select(P.first0, P.first1, (tr / FS) % 2u == 1u);
 #else
         let r = min(r0 + i / (TK / 8u), m - 1u);
         let first = first_block;
 #endif
-        s.w[c] = ld8(first + r * pu(3), k0 / 8u + i % (TK / 8u));
+        s.w[c] = ld8(first + r * P.row_bytes, k0 / 8u + i % (TK / 8u));
     }
     for (var c = 0u; c < NX; c++) {
         let i = lid + c * WG;
@@ -206,7 +222,7 @@ fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32, m: u32) {
     for (var e = sl; e < FS * FS; e += sgs) {
         let t = t1 + e / FS;
         let r = r1 + e % FS;
-        if (t < pu(2) && r < m) {
+        if (t < P.n && r < m) {
 #ifdef SPLIT
             if (part != 0u) {
                 if (part == 1u) {
@@ -225,7 +241,7 @@ fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32, m: u32) {
                 continue;
             }
 #endif
-            out[t * pu(5) + pu(6) + r] = cs[c0 + e];
+            out[t * P.out_stride + P.out_col0 + r] = cs[c0 + e];
         }
     }
     workgroupBarrier();
@@ -267,22 +283,22 @@ fn glu_emit(f: u32, c0: u32, tb: u32, fb: u32, sl: u32, m: u32) {
         let e = 2u * (sl + 32u * q);
         let t = t1 + e / FS;
         let c = c1 + e % FS;
-        if (t < pu(2) && c < m) {
+        if (t < P.n && c < m) {
             let g = gate_pairs[q];
             let u = vec2<f32>(cs[c0 + e], cs[c0 + e + 1u]);
             let o = t * m + c;
-            if ((pu(7) & 4u) != 0u) {
+            if ((P.writes & 4u) != 0u) {
                 out[o] = g.x;
                 out[o + 1u] = g.y;
                 out1[o] = u.x;
                 out1[o + 1u] = u.y;
             }
-            if ((pu(7) & 1u) != 0u) {
+            if ((P.writes & 1u) != 0u) {
                 let a = vec2<f32>(glu(g.x, u.x), glu(g.y, u.y));
                 act[o] = a.x;
                 act[o + 1u] = a.y;
-                if ((pu(7) & 2u) != 0u) {
-                    halves[block_word(t, c, pu(2))] = pack_f16(a.x, a.y);
+                if ((P.writes & 2u) != 0u) {
+                    halves[block_word(t, c, P.n)] = pack_f16(a.x, a.y);
                 }
             }
         }
@@ -303,17 +319,17 @@ fn main(
     var g = wg_index(wid, nwg);
     // The steps along k: all of them, or with SPLIT this part's half.
     var kb = 0u;
-    var k = pu(1);
+    var k = P.k;
 #ifdef SPLIT
-    let tiles = pu(4) * ((pu(2) + TN - 1u) / TN);
+    let tiles = P.groups_m * ((P.n + TN - 1u) / TN);
     part = min(g / tiles, 2u);
     g = g % tiles;
-    kb = min(part, 1u) * pu(7);
-    k = select(kb + pu(7), kb, part > 1u);
+    kb = min(part, 1u) * P.k_half;
+    k = select(kb + P.k_half, kb, part > 1u);
 #endif
-    let gm = g % pu(4);
-    let t0 = (g / pu(4)) * TN;
-    var m = pu(0);
+    let gm = g % P.groups_m;
+    let t0 = (g / P.groups_m) * TN;
+    var m = P.m;
 #ifdef GLU
     // The tile's features: TM / 2 of gate and up each.
     var r0 = gm * (TM / 2u);
@@ -321,17 +337,17 @@ fn main(
     var r0 = gm * TM;
 #endif
 #ifdef MULTI
-    if (gm >= pu(10)) {
+    if (gm >= P.tile2) {
         part = 2u;
-        m = pu(8);
-        r0 = (gm - pu(10)) * TM;
-    } else if (gm >= pu(9)) {
+        m = P.m2;
+        r0 = (gm - P.tile2) * TM;
+    } else if (gm >= P.tile1) {
         part = 1u;
-        m = pu(7);
-        r0 = (gm - pu(9)) * TM;
+        m = P.m1;
+        r0 = (gm - P.tile1) * TM;
     }
 #ifdef JOINT
-    first_block = pu(11u + part);
+    first_block = select(select(P.first0, P.first1, part == 1u), P.first2, part == 2u);
 #endif
 #endif
     // No early return for a workgroup past the tiles (a grid spilled into

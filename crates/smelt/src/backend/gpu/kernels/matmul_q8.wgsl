@@ -12,11 +12,20 @@
 // qs word of a Q4 block holds both), and each invocation carries TT tokens
 // so that a weight word is read once for all of them. A workgroup is 16
 // rows; workgroups tile rows × groups of TT tokens. The quad meets in two
-// xor-shuffles (or workgroup memory).
-//
-// Params: 0 m, 1 k, 2 n, 3 row_bytes, 4 row groups (ceil(m / 16)), 5 out's
-// row stride (m, or more when w is a part of a split weight), 6 out's first
-// column.
+// xor-shuffles (or workgroup memory). Its workgroups along m are
+// ceil(m / 16).
+
+struct Params {
+    m: u32,          // rows of w
+    k: u32,          // values per row
+    n: u32,          // tokens
+    row_bytes: u32,  // w's row stride
+    groups_m: u32,   // workgroups along m (rows)
+    out_stride: u32, // out's row stride: m, or more for a part of a split weight
+    out_col0: u32,   // out's first column
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read> wq: array<u32>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> xq: array<u32>;          // (n, k / 4) quants, 4 per word
@@ -109,10 +118,10 @@ fn quad_sum(a: f32, lid: u32) -> f32 {
 @compute @workgroup_size(64)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
-    let m = pu(0);
-    let k = pu(1);
-    let n = pu(2);
-    let groups = pu(4);
+    let m = P.m;
+    let k = P.k;
+    let n = P.n;
+    let groups = P.groups_m;
     let t0 = (g / groups) * TT;
     // Whole workgroups leave together (before any barrier); rows past m
     // compute row m - 1 and store nothing.
@@ -121,7 +130,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     }
     let row = (g % groups) * ROWS + lid / 4u;
     let j = lid % 4u;
-    let rb = min(row, m - 1u) * pu(3);
+    let rb = min(row, m - 1u) * P.row_bytes;
     let nb = k / 32u;
     let nt = min(TT, n - t0);
     var acc_lo: array<f32, TT>;
@@ -152,7 +161,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     for (var t = 0u; t < nt; t++) {
         let s = quad_sum(acc_lo[t] + acc_hi[t], lid);
         if (j == 0u && row < m) {
-            out[(t0 + t) * pu(5) + pu(6) + row] = s + mins[t];
+            out[(t0 + t) * P.out_stride + P.out_col0 + row] = s + mins[t];
         }
     }
 }

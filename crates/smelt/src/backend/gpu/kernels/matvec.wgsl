@@ -3,10 +3,19 @@
 // registers (quant.wgsl). One workgroup per (token, 4 output rows): each
 // invocation walks groups of 8 values of the 4 rows, and the 4 partial sums
 // meet in one vec4 reduction (subgroups first where the adapter has them).
-//
-// Params: 0 m (rows of w), 1 k (cols), 2 n (tokens), 3 row_bytes,
-// 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or more when w is a
-// part of a split weight), 6 out's first column.
+// Its workgroups along m are ceil(m / 4).
+
+struct Params {
+    m: u32,          // rows of w
+    k: u32,          // values per row
+    n: u32,          // tokens
+    row_bytes: u32,  // w's row stride
+    groups_m: u32,   // workgroups along m (rows)
+    out_stride: u32, // out's row stride: m, or more for a part of a split weight
+    out_col0: u32,   // out's first column
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;          // (m, k) in TYPE
 @group(0) @binding(2) var<storage, read> x: array<f32>;           // (n, k)
@@ -21,15 +30,15 @@ fn x4(o: u32) -> vec4<f32> {
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
-    let m = pu(0);
-    let k = pu(1);
-    let blocks = pu(4);
-    if (g >= blocks * pu(2)) {
+    let m = P.m;
+    let k = P.k;
+    let blocks = P.groups_m;
+    if (g >= blocks * P.n) {
         return;
     }
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
-    let row_bytes = pu(3);
+    let row_bytes = P.row_bytes;
     let xb = t * k;
     // Rows past m (the last block) repeat row m - 1 and are not stored.
     var rb: array<u32, 4>;
@@ -57,7 +66,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
-                out[t * pu(5) + pu(6) + r0 + r] = total[r];
+                out[t * P.out_stride + P.out_col0 + r0 + r] = total[r];
             }
         }
     }

@@ -10,9 +10,8 @@
 // packed 4×8-bit dot (`dot4I8Packed`: one instruction where the device has
 // integer dot products, Vulkan 1.3 and Metal); Q4_0's −8 · Σq_x comes from
 // the same dots against bytes of 1, once per block for the 4 rows.
-// Decoding nibbles to f32 and multiplying in f32 took ~5 instructions per
-// weight, which bound the f32 kernel this replaces (8b model on the H100:
-// compute-bound at ~20% of the bandwidth); here it is under one.
+// Decoding nibbles to f32 and multiplying in f32 takes ~5 instructions per
+// weight, enough to make a mat-vec compute-bound; here it is under one.
 //
 // Each invocation owns whole 32-value blocks (block b, b + WG, ...) of 4
 // rows at once, four blocks per step (then two, then one); a block's 8
@@ -20,20 +19,13 @@
 // rows. The 4 row sums
 // meet in one vec4 reduction.
 //
-// Params: 0 m (rows of w), 1 k (cols, a multiple of 32), 2 n (tokens),
-// 3 blocks per row, 4 row blocks (ceil(m / 4)), 5 out's row stride (m, or
-// more when w is a part of a split weight), 6 out's first column.
-//
 // MULTI: up to 3 weights of one input in one dispatch (`Backend::matmuls`:
 // Q, K, V; gate, up), their row blocks one after the other; weight i > 0
-// is bound as wq{i} and writes out{i}. Params: 0 m, 1 k, 2 n, 3 blocks per
-// row, 4 row blocks of w, 5 m1, 6 row blocks of w1, 7 m2, 8 row blocks of
-// w2 (0: no third weight).
+// is bound as wq{i} and writes out{i}.
 //
 // GLU: gate (wq) and up (wq1) of one input, act = silu(gate) · up (or
-// GELU), a workgroup per 32 rows of both, and with param 4 the Q8
-// rounding of act for the down mat-vec (`Pending::GateUp`). Params: 0 m,
-// 1 k, 2 n, 3 blocks per row, 4 rounds act.
+// GELU), a workgroup per 32 rows of both, and with `round_q8` the Q8
+// rounding of act for the down mat-vec (`Pending::GateUp`).
 //
 // RESID (single weight, whole rows of out): the residual add after the
 // mat-vec in the same dispatch (`Pending::MatVec`), sum = res + out; sum
@@ -45,11 +37,27 @@
 // and rounds it to Q8 in workgroup memory as norm.wgsl's RmsNormQ8 does
 // (the same sums of squares over workgroups of the same size, the same
 // words), and the first workgroup of a token writes the norm's output
-// `nout`; the Q8 rounding is not stored. One dispatch fewer (the norm's
-// was ~8 µs of the H200's time, and ~4 µs of the host's), for reading the
-// row once per workgroup, from the cache: MULTI then takes 16 rows of one
-// weight a workgroup (4 quads), not 4. Rows of up to NORM_BLOCKS blocks.
-// Params: 9 the norm's eps; MULTI's 4, 6 and 8 count groups of 16 rows.
+// `nout`; the Q8 rounding is not stored. One dispatch fewer, for reading
+// the row once per workgroup, from the cache: MULTI then takes 16 rows of
+// one weight a workgroup (4 quads), not 4, so its row groups are of 16
+// rows. Rows of up to NORM_BLOCKS blocks.
+
+struct Params {
+    m: u32,          // rows of w
+    k: u32,          // values per row (a multiple of 32)
+    n: u32,          // tokens
+    row_blocks: u32, // blocks per row
+    groups_m: u32,   // row groups of w (MULTI: per token)
+    out_stride: u32, // out's row stride (SINGLE): m, or more for a part of a split weight
+    out_col0: u32,   // out's first column (SINGLE)
+    m1: u32,         // MULTI: rows of w1
+    groups1: u32,    // its row groups
+    m2: u32,         // rows of w2
+    groups2: u32,    // its row groups (0: no third weight)
+    eps: f32,        // NORM: the norm's eps
+    round_q8: u32,   // GLU: 1 rounds act to Q8
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;     // (m, k) repacked
 #ifdef NORM
@@ -171,7 +179,7 @@ var<workgroup> nd: array<f32, NORM_BLOCKS>;            // f16(d), widened
 // rounded to Q8 blocks in nq and nd; norm.wgsl's FAST path with Q8, word
 // for word (RED_WG is its WG_ROW). Every invocation calls it (barriers).
 fn norm_row(ln: Lane, t: u32, writes: bool) {
-    let k = pu(1);
+    let k = P.k;
     let b = t * k;
     let lid = ln.lid;
     var s4 = vec4<f32>(0.0);
@@ -185,7 +193,7 @@ fn norm_row(ln: Lane, t: u32, writes: bool) {
         s4.x = fma(v, v, s4.x);
     }
     let mean = wg_sum((s4.x + s4.y) + (s4.z + s4.w), ln) / f32(k);
-    let scale = div_rn(1.0, sqrt_rn(mean + pf(9)));
+    let scale = div_rn(1.0, sqrt_rn(mean + P.eps));
     // One invocation per word of 4 values, RED_WG words at a time.
     for (var w0 = 0u; w0 < k / 4u; w0 += RED_WG) {
         let c4 = w0 + lid;
@@ -268,7 +276,7 @@ fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, b0: u32, st: u32) -> vec4<
 }
 
 #ifdef MULTI
-// Group gb of a token's groups (of rows, per weight: params 4, 6, 8):
+// Group gb of a token's groups (of rows, per weight):
 // which weight, its rows, and the group within it. Uniform over the
 // workgroup.
 struct Group {
@@ -278,13 +286,13 @@ struct Group {
 }
 
 fn group_of(gb: u32) -> Group {
-    if (gb < pu(4)) {
-        return Group(0u, pu(0), gb);
+    if (gb < P.groups_m) {
+        return Group(0u, P.m, gb);
     }
-    if (gb < pu(4) + pu(6)) {
-        return Group(1u, pu(5), gb - pu(4));
+    if (gb < P.groups_m + P.groups1) {
+        return Group(1u, P.m1, gb - P.groups_m);
     }
-    return Group(2u, pu(7), gb - pu(4) - pu(6));
+    return Group(2u, P.m2, gb - P.groups_m - P.groups1);
 }
 
 // Token t's sums of rows r0..r0 + 4 of weight p.which into its output
@@ -314,18 +322,18 @@ var<workgroup> part: array<vec4<f32>, RED_WG>;
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
-    let per_t = pu(4) + pu(6) + pu(8);
+    let per_t = P.groups_m + P.groups1 + P.groups2;
     // Past the last group (a grid spilled into y): clamped, nothing
     // stored (no early return before the barriers).
-    let live = g < per_t * pu(2);
-    let gg = min(g, per_t * pu(2) - 1u);
+    let live = g < per_t * P.n;
+    let gg = min(g, per_t * P.n - 1u);
     let t = gg / per_t;
     let gb = gg % per_t;
     norm_row(ln, t, live && gb == 0u);
     let p = group_of(gb);
     let lid = ln.lid;
     let r0 = (p.gb * QUADS + lid / PER) * NR;
-    let nb = pu(3);
+    let nb = P.row_blocks;
     part[lid] = sweep(p.which, firsts(r0, p.m, nb), nb, 0u, lid % PER, PER);
     for (var s = PER / 2u; s > 0u; s >>= 1u) {
         workgroupBarrier();
@@ -341,14 +349,14 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
-    let per_t = pu(4) + pu(6) + pu(8);
-    if (g >= per_t * pu(2)) {
+    let per_t = P.groups_m + P.groups1 + P.groups2;
+    if (g >= per_t * P.n) {
         return;
     }
     let t = g / per_t;
     let p = group_of(g % per_t);
     let r0 = p.gb * NR;
-    let nb = pu(3);
+    let nb = P.row_blocks;
     let total = wg_sum4(sweep(p.which, firsts(r0, p.m, nb), nb, t * nb, ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
         store4(p, t, r0, total);
@@ -361,19 +369,19 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
-    let m = pu(0);
-    let blocks = pu(4);
-    if (g >= blocks * pu(2)) {
+    let m = P.m;
+    let blocks = P.groups_m;
+    if (g >= blocks * P.n) {
         return;
     }
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
-    let nb = pu(3);
+    let nb = P.row_blocks;
     let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb, ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
-                let o = t * pu(5) + pu(6) + r0 + r;
+                let o = t * P.out_stride + P.out_col0 + r0 + r;
                 out[o] = total[r];
 #ifdef RESID
                 sum[o] = res[o] + total[r];
@@ -397,16 +405,16 @@ var<workgroup> glu_rows: array<f32, 64>;
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = ln.lid;
     let g = wg_index(wid, nwg);
-    let m = pu(0);
+    let m = P.m;
     let groups = m / 32u;
     // Past the last group (a grid spilled into y): clamped, nothing stored.
-    let gg = min(g, groups * pu(2) - 1u);
+    let gg = min(g, groups * P.n - 1u);
     let r0 = (gg % groups) * 32u;
     let t = gg / groups;
 #ifdef NORM
-    norm_row(ln, t, g < groups * pu(2) && r0 == 0u);
+    norm_row(ln, t, g < groups * P.n && r0 == 0u);
 #endif
-    let nb = pu(3);
+    let nb = P.row_blocks;
     // Invocation lid: quad lid / PER of the 16 (8 of gate rows, 8 of up
     // rows), blocks lid % PER, lid % PER + PER, ... of its 4 rows.
     let quad = lid / PER;
@@ -420,7 +428,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             v += glu_part[(lid / 4u) * PER + l][lid % 4u];
         }
         glu_rows[lid] = v;
-        let live_row = g < groups * pu(2);
+        let live_row = g < groups * P.n;
         if (live_row && lid < 32u) {
             out[t * m + r0 + lid] = v;
         } else if (live_row) {
@@ -429,7 +437,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
     workgroupBarrier();
     // One Q8 block: 8 invocations of 4 values each.
-    let live = lid < 8u && g < groups * pu(2);
+    let live = lid < 8u && g < groups * P.n;
     var v = vec4<f32>(0.0);
     if (live) {
         for (var e = 0u; e < 4u; e++) {
@@ -442,6 +450,6 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             act[t * m + r0 + i] = v[e];
         }
     }
-    q8_store(v, lid, live && pu(4) == 1u, (t * m + r0) / 4u + lid);
+    q8_store(v, lid, live && P.round_q8 == 1u, (t * m + r0) / 4u + lid);
 }
 #endif

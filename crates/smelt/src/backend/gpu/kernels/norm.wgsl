@@ -21,7 +21,14 @@
 // norm_half.wgsl is ADD with fast math that also writes the output as the
 // next matmul's f16 blocks.
 //
-// Params: 0 rows, 1 cols, 2 eps (f32), 3 parts (Q8).
+struct Params {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    parts: u32, // Q8: workgroups per row
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
@@ -70,13 +77,13 @@ fn normed(b: u32, c: u32, scale: f32) -> f32 {
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = ln.lid;
 #ifdef Q8
-    let parts = pu(3);
+    let parts = P.parts;
 #else
     let parts = 1u;
 #endif
     let r = wg_index(wid, nwg) / parts;
-    let cols = pu(1);
-    if (r >= pu(0)) {
+    let cols = P.cols;
+    if (r >= P.rows) {
         return;
     }
     let b = r * cols;
@@ -114,7 +121,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     workgroupBarrier();
     let mean = ff_div_rn(partial[0], f32(cols));
 #endif
-    let scale = div_rn(1.0, sqrt_rn(mean + pf(2)));
+    let scale = div_rn(1.0, sqrt_rn(mean + P.eps));
 #ifdef Q8
     // One invocation per word of this part of the row.
     let c4 = (wg_index(wid, nwg) % parts) * NORM_WG + lid;

@@ -16,10 +16,16 @@
 //
 // SUMS: the addend is a split matmul's first half (matmul_coop.wgsl's
 // SPLIT), whose second half's sums are added to it here, as split_sums.wgsl
-// would (addend + sums, then x + that); param 3 says whether the addend is
+// would (addend + sums, then x + that); `keep` says whether the addend is
 // written back whole.
-//
-// Params: 0 rows, 1 cols (a multiple of 4), 2 eps (f32), 3 (SUMS) keep.
+
+struct Params {
+    rows: u32,
+    cols: u32, // a multiple of 4
+    eps: f32,
+    keep: u32, // SUMS: 1 writes the whole addend back
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;      // (rows, cols / 4)
 @group(0) @binding(2) var<storage, read_write> out: array<vec4<f32>>;    // (rows, cols / 4)
@@ -43,10 +49,10 @@ fn part(i: u32) -> vec4<f32> {
 #endif
 }
 
-// With SUMS and param 3, the whole addend's word i written back.
+// With SUMS and `keep`, the whole addend's word i written back.
 fn keep(i: u32, a: vec4<f32>) {
 #ifdef SUMS
-    if (pu(3) != 0u) {
+    if (P.keep != 0u) {
         addend[i] = a;
     }
 #endif
@@ -56,7 +62,7 @@ fn keep(i: u32, a: vec4<f32>) {
 // words in halves.
 fn put(r: u32, c: u32, i: u32, o: vec4<f32>) {
     out[i] = o;
-    let h = block_word(r, 4u * c, pu(0));
+    let h = block_word(r, 4u * c, P.rows);
     halves[h] = pack_f16(o.x, o.y);
     halves[h + 1u] = pack_f16(o.z, o.w);
 }
@@ -65,10 +71,10 @@ fn put(r: u32, c: u32, i: u32, o: vec4<f32>) {
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = ln.lid;
     let r = wg_index(wid, nwg);
-    if (r >= pu(0)) {
+    if (r >= P.rows) {
         return;
     }
-    let words = pu(1) / 4u;
+    let words = P.cols / 4u;
     let b = r * words;
     var kept: array<vec4<f32>, KEEP>;
     var wk: array<vec4<f32>, KEEP>;
@@ -105,7 +111,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         s4 = fma(v, v, s4);
     }
     let ss = wg_sum((s4.x + s4.y) + (s4.z + s4.w), ln);
-    let scale = div_rn(1.0, sqrt_rn(ss / f32(pu(1)) + pf(2)));
+    let scale = div_rn(1.0, sqrt_rn(ss / f32(P.cols) + P.eps));
     for (var j = 0u; j < KEEP; j++) {
         let c = lid + j * NORM_WG;
         if (c < words) {

@@ -12,7 +12,11 @@
 //   q = min(127, round(iscale * x)), d = 1 / iscale) and F16 (x rounded to
 //   f16): the rounded values q · d as f32, for the float kernels.
 //
-// Params: 0 n (values; a whole number of blocks for Q8 and Q8_K).
+struct Params {
+    n: u32, // values: a whole number of blocks for Q8 and Q8_K
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 #ifdef Q8
@@ -27,7 +31,7 @@
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let i = gid.x + gid.y * nwg.x * 256u;
-    if (i < pu(0)) {
+    if (i < P.n) {
         xq[i] = f16_round(x[i]);
     }
 }
@@ -38,7 +42,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg) * {{WG}}u + lid;
-    let live = g < pu(0) / 4u;
+    let live = g < P.n / 4u;
     var v = vec4<f32>(0.0);
     if (live) {
         v = vec4<f32>(x[4u * g], x[4u * g + 1u], x[4u * g + 2u], x[4u * g + 3u]);
@@ -52,7 +56,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let b = gid.x + gid.y * nwg.x * 64u;
-    if (b >= pu(0) / 256u) {
+    if (b >= P.n / 256u) {
         return;
     }
     let o = b * 256u;

@@ -19,16 +19,27 @@
 // ropes': the rope of Q and K and both cache writes in one dispatch. An id
 // outside the cache writes nothing.
 //
-// Params: 0 rows, 1 n_heads, 2 head_dim, 3 n_dims, 4 theta_scale (f32),
-// 5 freq_scale (f32), 6 has freq_factors, 7 heads of the second tensor;
-// STORE: 8 cache rows, 9 values of a V row (0: no V).
+struct Params {
+    rows: u32,
+    n_heads: u32,
+    head_dim: u32,
+    n_dims: u32,
+    theta_scale: f32, // base^(-2 / n_dims)
+    freq_scale: f32,
+    factored: u32,    // 1: ff holds frequency factors
+    heads2: u32,      // PAIR: heads of the second tensor
+    cache_rows: u32,  // STORE: rows of the caches
+    v_cols: u32,      // STORE: values of a V row (0: no V)
+    zero: u32,       // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, n_heads * head_dim)
 @group(0) @binding(2) var<storage, read_write> pos: array<i32>;   // (rows)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;   // (rows, n_heads * head_dim)
 @group(0) @binding(4) var<storage, read_write> ff: array<f32>;    // (n_dims / 2), or a dummy
 #ifdef PAIR
-// A second tensor rotated at the same positions (K after Q), with param 7
+// A second tensor rotated at the same positions (K after Q), of `heads2`
 // heads: invocations past the first's go there.
 @group(0) @binding(5) var<storage, read_write> x2: array<f32>;    // (rows, heads2 * head_dim)
 @group(0) @binding(6) var<storage, read_write> out2: array<f32>;  // (rows, heads2 * head_dim)
@@ -52,7 +63,7 @@
 // nothing for an id outside the cache.
 fn store_pair(to_v: bool, row: u32, cols: u32, c: u32, a: f32, b: f32) {
     let id = ids[row];
-    if (id < 0 || u32(id) >= pu(8)) {
+    if (id < 0 || u32(id) >= P.cache_rows) {
         return;
     }
     let at = u32(id) * cols + c;
@@ -76,19 +87,19 @@ fn store_pair(to_v: bool, row: u32, cols: u32, c: u32, a: f32, b: f32) {
 
 // Values a, b at even column c of K's row `row`, into its cache row.
 fn store_k(row: u32, c: u32, a: f32, b: f32) {
-    store_pair(false, row, pu(7) * pu(2), c, a, b);
+    store_pair(false, row, P.heads2 * P.head_dim, c, a, b);
 }
 
 // Pair j of V (values 2j, 2j + 1 of its rows), into its cache row.
 fn store_v(j: u32) {
-    let half_row = pu(9) / 2u;
+    let half_row = P.v_cols / 2u;
     let row = j / half_row;
-    if (row >= pu(0)) {
+    if (row >= P.rows) {
         return;
     }
     let c = 2u * (j % half_row);
-    let at = row * pu(9) + c;
-    store_pair(true, row, pu(9), c, v[at], v[at + 1u]);
+    let at = row * P.v_cols + c;
+    store_pair(true, row, P.v_cols, c, v[at], v[at + 1u]);
 }
 #endif
 
@@ -117,7 +128,7 @@ const HEADS: u32 = {{HEADS}}u;
 // of row `row` of the first tensor or the second: turned by the angle of
 // sine and cosine sc, or passed through (`turn` false).
 fn rope_heads(second: bool, row: u32, heads: u32, h0: u32, c: vec2<u32>, turn: bool, sc: vec2<f32>) {
-    let hd = pu(2);
+    let hd = P.head_dim;
     let rb = row * heads * hd;
     var v: array<vec2<f32>, HEADS>;
     for (var j = 0u; j < HEADS; j++) {
@@ -147,14 +158,14 @@ fn rope_heads(second: bool, row: u32, heads: u32, h0: u32, c: vec2<u32>, turn: b
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = gid.x + gid.y * nwg.x * 64u;
-    let half_pairs = pu(2) / 2u;
+    let half_pairs = P.head_dim / 2u;
     // Groups of HEADS heads a row: the first tensor's, then the second's.
-    let groups1 = (pu(1) + HEADS - 1u) / HEADS;
+    let groups1 = (P.n_heads + HEADS - 1u) / HEADS;
     var groups = groups1;
 #ifdef PAIR
-    groups += (pu(7) + HEADS - 1u) / HEADS;
+    groups += (P.heads2 + HEADS - 1u) / HEADS;
 #endif
-    let ropes = pu(0) * groups * half_pairs;
+    let ropes = P.rows * groups * half_pairs;
     if (g >= ropes) {
 #ifdef STORE
         store_v(g - ropes);
@@ -165,13 +176,13 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let group = (g / half_pairs) % groups;
     let row = g / (half_pairs * groups);
     let second = group >= groups1;
-    var heads = pu(1);
+    var heads = P.n_heads;
     var h0 = group * HEADS;
     if (second) {
-        heads = pu(7);
+        heads = P.heads2;
         h0 = (group - groups1) * HEADS;
     }
-    let n_dims = pu(3);
+    let n_dims = P.n_dims;
     let nd2 = n_dims / 2u;
     let turn = p < nd2;
     // The pair's columns in a head.
@@ -186,10 +197,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     var sc = vec2<f32>(0.0, 1.0);
     if (turn) {
         var factor = 1.0;
-        if (pu(6) != 0u) {
+        if (P.factored != 0u) {
             factor = ff[p];
         }
-        sc = rope_angle(p, f32(pos[row]), pf(4), pf(5), pu(6) != 0u, factor);
+        sc = rope_angle(p, f32(pos[row]), P.theta_scale, P.freq_scale, P.factored != 0u, factor);
     }
     rope_heads(second, row, heads, h0, c, turn, sc);
 }

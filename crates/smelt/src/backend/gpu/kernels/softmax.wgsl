@@ -1,7 +1,11 @@
 // softmax of each row, and argmax of each row (ARGMAX define). One
 // workgroup per row.
-//
-// Params: 0 rows, 1 cols.
+
+struct Params {
+    rows: u32,
+    cols: u32,
+}
+@group(0) @binding(0) var<uniform> P: Params;
 
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, cols)
 #ifdef ARGMAX
@@ -15,8 +19,8 @@ var<workgroup> best_i: array<u32, RED_WG>;
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let r = wg_index(wid, nwg);
-    let cols = pu(1);
-    if (r >= pu(0)) {
+    let cols = P.cols;
+    if (r >= P.rows) {
         return;
     }
     let b = r * cols;

@@ -6,7 +6,7 @@
 //! Checks that need the data (an id past the table, a position past the
 //! context) are the executing backend's job.
 
-use super::super::{AttentionParams, BackendError, MoeParams, Op, Result, RopeParams, Tensor};
+use super::{AttentionParams, BackendError, MoeParams, Op, Result, RopeParams, Tensor};
 use crate::quant::GgmlType;
 
 fn shape(op: Op, detail: String) -> BackendError {

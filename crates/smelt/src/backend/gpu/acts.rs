@@ -1,0 +1,212 @@
+//! A matmul's activations as its kernel reads them: rounded as ggml rounds
+//! them (Q8 blocks, or Q8_K or f16 values; `quantize.wgsl`), or as the coop
+//! matmul's f16 blocks. Each is computed once per input and shared by the
+//! matmuls of that input (Q, K, V; gate, up), or written by the op before
+//! them in the same dispatch (`Pending::dispatch` with `q8`,
+//! `Pending::half_dispatch`).
+
+use crate::backend::{Result, Tensor};
+use crate::quant::GgmlType;
+
+use super::GpuBackend;
+use super::kernels::copy;
+use super::kernels::quantize::{self, ActQuant};
+
+/// The buffers, grown on first use of a larger batch and reused, and what
+/// they hold.
+#[derive(Default)]
+pub(super) struct Acts {
+    /// Values that fit: rounded values, or Q8 quants, as F32 or I32 words.
+    capacity: usize,
+    /// `1 × capacity` F32: Q8_K- or f16-rounded values.
+    vals: Option<Tensor>,
+    /// Q8 blocks: quants 4 per word (`1 × capacity / 4` I32), scales and
+    /// sums (`1 × capacity / 32` F32 each). Two sets: a fused op that reads
+    /// one set's rounding (`MatVecGlu`) writes its output's to the other.
+    q8: [Option<[Tensor; 3]>; 2],
+    /// The set that holds the cached rounding (`held`).
+    q8_set: usize,
+    /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
+    /// matmul (`half_input`). Two sets, as `q8`: a fused op that reads one
+    /// set (`Pending::CoopGateUp`) writes its output's blocks to the other.
+    half: [Option<Tensor>; 2],
+    /// The set that holds the cached blocks (`held`).
+    half_set: usize,
+    /// What they hold: (tensor id, rows, cols, form), valid until anything
+    /// may have written that tensor.
+    held: Option<(u32, usize, usize, Held)>,
+    /// A split matmul's second half's sums (`split_sums`).
+    split_sums: Option<Tensor>,
+}
+
+/// What `Acts` holds of a tensor.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// ggml's rounding for a matmul's weight type (`quantize.wgsl`, or the
+    /// op before it, fused).
+    Rounded(ActQuant),
+    /// Packed f16 for the cooperative-matrix matmul (`half_input`).
+    Half,
+}
+
+/// The input a matmul kernel reads.
+pub(super) enum MatIn {
+    /// F32 values: the activations themselves or their rounding.
+    F32(Tensor),
+    /// Q8 blocks: quants, scales, sums.
+    Q8([Tensor; 3]),
+}
+
+impl Acts {
+    /// Forgets what is held: anything may have been written.
+    pub(super) fn forget(&mut self) {
+        self.held = None;
+    }
+
+    /// Forgets what is held if it came from `out`, which was written.
+    pub(super) fn wrote(&mut self, out: Tensor) {
+        if self.held.is_some_and(|(id, ..)| id == out.id) {
+            self.held = None;
+        }
+    }
+
+    /// Makes the buffers hold at least `n` values (a new, empty set if they
+    /// held fewer); their capacity.
+    fn grow(&mut self, n: usize) -> usize {
+        let n = n.max(32);
+        if self.capacity < n {
+            *self = Acts {
+                capacity: n,
+                split_sums: self.split_sums,
+                ..Acts::default()
+            };
+        }
+        self.capacity
+    }
+}
+
+/// `x` rounded as ggml rounds a matmul's activations for weights of type
+/// `w` (in f32 mode for `matmul::dot_decode` only), or `x` itself. The op
+/// held back whose output x is rounds it in its own dispatch where it can.
+pub(super) fn matmul_input(be: &mut GpuBackend, w: GgmlType, x: Tensor) -> Result<MatIn> {
+    let rounds = be.ctx.quantize_activations || super::matmul::dot_decode(be, w, x);
+    let Some(q) = ActQuant::for_weight(w).filter(|_| rounds) else {
+        return Ok(MatIn::F32(x));
+    };
+    let key = Some((x.id, x.rows, x.cols, Held::Rounded(q)));
+    let cap = be.acts.grow(x.n_elements());
+    // The held-back op whose output x is, if it rounds it in its own
+    // dispatch.
+    let fusing = be.pending.filter(|p| p.out() == x && p.rounds_output());
+    let input = if q == ActQuant::Q8 {
+        let set = match fusing {
+            Some(p) if p.reads_q8() => 1 - be.acts.q8_set,
+            _ => be.acts.q8_set,
+        };
+        let bufs = match be.acts.q8[set] {
+            Some(b) => b,
+            None => {
+                let b = [
+                    be.alloc_tensor(GgmlType::I32, 1, cap / 4)?,
+                    be.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
+                    be.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
+                ];
+                be.acts.q8[set] = Some(b);
+                b
+            }
+        };
+        if set != be.acts.q8_set {
+            be.acts.q8_set = set;
+            be.acts.held = None;
+        }
+        let n = x.n_elements();
+        MatIn::Q8([
+            bufs[0].reshape(1, n / 4),
+            bufs[1].reshape(1, n / 32),
+            bufs[2].reshape(1, n / 32),
+        ])
+    } else {
+        let vals = match be.acts.vals {
+            Some(v) => v,
+            None => {
+                let v = be.alloc_tensor(GgmlType::F32, 1, cap)?;
+                be.acts.vals = Some(v);
+                v
+            }
+        };
+        MatIn::F32(vals.reshape(x.rows, x.cols))
+    };
+    let fused = fusing.zip(match &input {
+        MatIn::Q8(bufs) => Some(*bufs),
+        MatIn::F32(_) => None,
+    });
+    if let Some((p, bufs)) = fused {
+        // The op and the rounding in one dispatch.
+        be.pending = None;
+        let d = p.dispatch(Some(bufs), be.aux());
+        be.run(d)?;
+        be.acts.held = key;
+    }
+    if be.acts.held != key {
+        let d = match &input {
+            MatIn::Q8(bufs) => quantize::q8(x, *bufs),
+            MatIn::F32(vals) => quantize::values(q, x, *vals),
+        };
+        be.run(d)?;
+        be.acts.held = key;
+    }
+    Ok(input)
+}
+
+/// `x` as packed f16 for `matmul_coop.wgsl`, which would round it so
+/// when staging: rounded once per input rather than once per tile of
+/// rows, and read at half the bytes. The tensor has x's shape but
+/// `HalfBlocks`' layout (blocks of 32 along a row, each block of all
+/// rows together); only that kernel reads it. x's columns are a
+/// multiple of 32 (the caller's condition for the coop matmul).
+pub(super) fn half_input(be: &mut GpuBackend, x: Tensor) -> Result<Tensor> {
+    let cap = be.acts.grow(x.n_elements());
+    let key = Some((x.id, x.rows, x.cols, Held::Half));
+    let held = be.pending.filter(|p| p.out() == x);
+    let set = match held {
+        Some(p) if be.acts.held != key && p.reads_half() => 1 - be.acts.half_set,
+        _ => be.acts.half_set,
+    };
+    let half = match be.acts.half[set] {
+        Some(t) => t,
+        None => {
+            let t = be.alloc_tensor(GgmlType::F16, 1, cap)?;
+            be.acts.half[set] = Some(t);
+            t
+        }
+    };
+    let half = half.reshape(x.rows, x.cols);
+    if be.acts.held != key {
+        be.acts.half_set = set;
+        // The op held back whose output x is writes both, if it can.
+        let (f, aux) = (be.ctx.features, be.aux());
+        let d = match held.and_then(|p| p.half_dispatch(half, f, aux)) {
+            Some(d) => {
+                be.pending = None;
+                d
+            }
+            None => copy::half_blocks(x, half),
+        };
+        be.run(d)?;
+        be.acts.held = key;
+    }
+    Ok(half)
+}
+
+/// A `1 × n` F32 scratch for a split matmul's second half
+/// (`CoopTile::HugeSplit`), grown when a larger one is asked for.
+pub(super) fn split_sums(be: &mut GpuBackend, n: usize) -> Result<Tensor> {
+    match be.acts.split_sums {
+        Some(t) if t.n_elements() >= n => Ok(t.reshape(1, n)),
+        _ => {
+            let t = be.alloc_tensor(GgmlType::F32, 1, n)?;
+            be.acts.split_sums = Some(t);
+            Ok(t)
+        }
+    }
+}

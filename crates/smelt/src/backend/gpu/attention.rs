@@ -1,0 +1,120 @@
+//! The attention op on the GPU: its kernel limits, then which kernel.
+//!
+//! - Prefill (more than `ATTENTION_ROWS_MIN` rows): on cooperative
+//!   matrices with an F16 cache (`attention_coop`, held back for the
+//!   matmul of its output to take its f16 blocks), or four invocations per
+//!   (head, row) (`AttentionQuads`), or one (`AttentionRows`).
+//! - Decode: a workgroup per (row, head), held back for the next matmul's
+//!   Q8 rounding, with the ropes and cache writes before it joined where
+//!   they can be (`AttentionRope`).
+
+use crate::backend::{AttentionParams, Op, Result};
+use crate::quant::GgmlType::F16;
+
+use super::kernels::Family;
+use super::kernels::attention::{self, AttentionKernel, Operands, Params};
+use super::kernels::attention_coop::{
+    AttentionCoop, COOP_ATTENTION_HEAD_DIMS, CoopAttention, coop_attention_heads,
+};
+use super::pending::{self, Pending};
+use super::{GpuBackend, fusion, limit};
+
+/// Largest head the attention kernel holds (its rows' kernel keeps a row in
+/// registers; decode: up to 4 dims per invocation of its workgroup).
+const MAX_HEAD_DIM: usize = 256;
+
+/// Above this many query rows attention runs one invocation per (head,
+/// row) rather than one workgroup per (row, head).
+const ATTENTION_ROWS_MIN: usize = 4;
+
+/// Attention of `t` (q, caches, positions, slots, out; checked by the
+/// contract) by `p`.
+pub(super) fn attention(be: &mut GpuBackend, t: Operands, p: &AttentionParams) -> Result<()> {
+    let op = Op::Attention;
+    let [q, k_cache, v_cache, ..] = t;
+    limit(op, k_cache.rows >= p.ctx, || {
+        format!(
+            "a cache of {} rows for a context of {}",
+            k_cache.rows, p.ctx
+        )
+    })?;
+    limit(op, k_cache.dtype == v_cache.dtype, || {
+        format!("K cache {} and V cache {}", k_cache.dtype, v_cache.dtype)
+    })?;
+    // Output dims are spread 4 per invocation; f16 caches are read in
+    // pairs.
+    limit(
+        op,
+        p.head_dim <= MAX_HEAD_DIM && p.head_dim.is_multiple_of(2),
+        || {
+            format!(
+                "head_dim {} (the GPU kernel takes even sizes up to {MAX_HEAD_DIM})",
+                p.head_dim
+            )
+        },
+    )?;
+    let params = Params::new(q.rows, p, k_cache.rows);
+    // Prefill: one invocation per (head, row), no barriers; decode: a
+    // workgroup per (row, head) so one row still fills the GPU.
+    if q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4) {
+        return prefill(be, t, p, params);
+    }
+    // The ropes and cache writes just held, joined where they can be.
+    let rope = fusion::rope_store_for_attention(be, t, (p.n_heads, p.n_kv_heads, p.head_dim));
+    let held = Pending::Attention {
+        t,
+        params,
+        groups: (q.rows * p.n_heads) as u64,
+        rope,
+    };
+    // Held for the next matmul's Q8 rounding to join when a head is whole
+    // blocks of 32.
+    if p.head_dim.is_multiple_of(32) {
+        return pending::defer(be, held);
+    }
+    let d = held.dispatch(None, be.aux());
+    be.run(d)
+}
+
+fn prefill(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params) -> Result<()> {
+    let [q, k_cache, ..] = t;
+    let (kv, head_dim) = (k_cache.dtype, p.head_dim as u32);
+    let f = be.ctx.features;
+    let heads = coop_attention_heads(p.n_heads, p.n_kv_heads);
+    let coop = AttentionCoop {
+        head_dim,
+        heads,
+        half: false,
+    };
+    if kv == F16
+        && COOP_ATTENTION_HEAD_DIMS.contains(&head_dim)
+        && coop.builds_with(f)
+        && k_cache.rows >= f.coop as usize
+    {
+        let groups = q.rows.div_ceil(f.coop as usize) * p.n_heads / heads as usize;
+        // Held for the next coop matmul of its output to have it write
+        // its f16 blocks too.
+        let held = CoopAttention {
+            head_dim,
+            heads,
+            t,
+            params,
+            groups: groups as u64,
+        };
+        return pending::defer(be, Pending::CoopAttention(held));
+    }
+    let quads = AttentionKernel::AttentionQuads { kv, head_dim };
+    let (kernel, groups) = if p.head_dim.is_multiple_of(16) && quads.builds_with(f) {
+        (quads, q.rows.div_ceil(32) * p.n_heads)
+    } else {
+        let rows = AttentionKernel::AttentionRows { kv, head_dim };
+        (rows, (q.rows * p.n_heads).div_ceil(64))
+    };
+    be.run(attention::dispatch(
+        kernel,
+        t,
+        params,
+        groups as u64,
+        be.aux(),
+    ))
+}

@@ -1,0 +1,318 @@
+//! Causal grouped-query attention over the KV cache, flash style
+//! (`attention.wgsl`): a workgroup per (row, head) for decode, fused with
+//! the next matmul's Q8 rounding and with the ropes and cache writes
+//! before it; an invocation (or four) per (head, row) for prefill.
+
+use crate::backend::{AttentionParams, RopeParams, Tensor};
+use crate::quant::GgmlType::{self, F16, F32};
+
+use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, r, rw, shared};
+
+/// The bindings and helpers of both kernels.
+const SOURCE: &str = include_str!("attention.wgsl");
+const DECODE: &str = include_str!("attention_decode.wgsl");
+const ROWS: &str = include_str!("attention_rows.wgsl");
+/// Which cache rows a query row sees, and the parameters: shared with
+/// `attention_coop`.
+pub const KEYS: &str = include_str!("attention_keys.wgsl");
+
+kernel_params! {
+    /// The parameters of attention.wgsl and attention_coop.wgsl, declared
+    /// in attention_keys.wgsl.
+    pub struct Params {
+        /// Query rows.
+        pub n: u32,
+        pub n_heads: u32,
+        pub n_kv_heads: u32,
+        pub head_dim: u32,
+        /// Positions per sequence slot.
+        pub ctx: u32,
+        /// Sliding window (0: none).
+        pub window: u32,
+        /// Over softcap when there is one (ggml folds 1 / cap into it).
+        pub scale: f32,
+        /// 0: none.
+        pub softcap: f32,
+        /// Rows of the caches.
+        pub cache_rows: u32,
+        /// ROPE: rope.wgsl's n_dims, theta_scale, freq_scale, factored.
+        pub n_dims: u32,
+        pub theta_scale: f32,
+        pub freq_scale: f32,
+        pub factored: u32,
+        /// ROPE: 1 rounds the output to Q8.
+        pub round_q8: u32,
+        /// 0: exact.wgsl's `opaque` reads it, a value the compiler
+        /// cannot fold.
+        pub zero: u32,
+    }
+}
+
+impl Params {
+    /// Attention of `n` query rows by `p` over caches of `cache_rows` rows.
+    pub fn new(n: usize, p: &AttentionParams, cache_rows: usize) -> Params {
+        Params {
+            n: n as u32,
+            n_heads: p.n_heads as u32,
+            n_kv_heads: p.n_kv_heads as u32,
+            head_dim: p.head_dim as u32,
+            ctx: p.ctx as u32,
+            window: p.window.unwrap_or(0) as u32,
+            scale: p.softcap.map_or(p.scale, |cap| p.scale / cap),
+            softcap: p.softcap.unwrap_or(0.0),
+            cache_rows: cache_rows as u32,
+            ..Params::default()
+        }
+    }
+}
+
+/// Decode attention's workgroup size: 128 ran decode faster than 64, 256
+/// no faster.
+const WG_DECODE: u32 = 128;
+
+/// The cache type (F32 or F16), and for prefill the head size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttentionKernel {
+    /// A workgroup per (row, head), keys spread over the workgroup
+    /// (decode).
+    Attention(GgmlType),
+    /// Decode attention that also rounds its output to Q8 blocks for the
+    /// matmul after it (`Pending::Attention`).
+    AttentionQ8(GgmlType),
+    /// Decode attention of one row (f32 mode) that first ropes its Q and K
+    /// heads and writes K's and V's cache rows (`RopeStore` joined), then
+    /// takes the new key from workgroup memory; `round_q8` says whether it
+    /// rounds its output to Q8 too.
+    AttentionRope(GgmlType),
+    /// One invocation per (head, row) (prefill).
+    AttentionRows { kv: GgmlType, head_dim: u32 },
+    /// Four invocations per (head, row), each a quarter of the head, for a
+    /// head size that is a multiple of 16 (prefill, f32 mode, subgroups).
+    AttentionQuads { kv: GgmlType, head_dim: u32 },
+}
+
+impl AttentionKernel {
+    fn kv(self) -> GgmlType {
+        match self {
+            AttentionKernel::Attention(kv)
+            | AttentionKernel::AttentionQ8(kv)
+            | AttentionKernel::AttentionRope(kv)
+            | AttentionKernel::AttentionRows { kv, .. }
+            | AttentionKernel::AttentionQuads { kv, .. } => kv,
+        }
+    }
+}
+
+impl Family for AttentionKernel {
+    type Params = Params;
+
+    fn all() -> Vec<Self> {
+        use AttentionKernel::*;
+        let mut v = Vec::new();
+        for kv in [F32, F16] {
+            v.extend([Attention(kv), AttentionQ8(kv), AttentionRope(kv)]);
+        }
+        for kv in [F32, F16] {
+            for head_dim in [64, 128, 256] {
+                v.push(AttentionRows { kv, head_dim });
+                v.push(AttentionQuads { kv, head_dim });
+            }
+        }
+        v
+    }
+
+    fn builds_with(self, f: ShaderFeatures) -> bool {
+        match self {
+            // Its quad sums in registers: plain f32 arithmetic.
+            AttentionKernel::AttentionQuads { .. } => f.fast_math && f.subgroups,
+            AttentionKernel::AttentionRope(_) => f.fast_math,
+            _ => true,
+        }
+    }
+
+    fn bindings(self) -> &'static [Binding] {
+        const ONE: [Binding; 6] = [rw("q"), r("kc"), r("vc"), rw("pos"), rw("seq"), rw("out")];
+        // exact.wgsl's tables last.
+        match self {
+            AttentionKernel::AttentionQ8(_) => {
+                &const {
+                    [
+                        ONE[0],
+                        ONE[1],
+                        ONE[2],
+                        ONE[3],
+                        ONE[4],
+                        ONE[5],
+                        rw("xq"),
+                        rw("xd"),
+                        rw("xs"),
+                        r("tab"),
+                    ]
+                }
+            }
+            // The caches written too, then Q rotated, K, K rotated, V, the
+            // frequency factors and the new row's cache row.
+            AttentionKernel::AttentionRope(_) => {
+                &const {
+                    [
+                        rw("q"),
+                        rw("kc"),
+                        rw("vc"),
+                        ONE[3],
+                        ONE[4],
+                        ONE[5],
+                        rw("xq"),
+                        rw("xd"),
+                        rw("xs"),
+                        rw("qo"),
+                        rw("xk"),
+                        rw("ko"),
+                        rw("xv"),
+                        rw("ff"),
+                        rw("ids"),
+                        r("tab"),
+                    ]
+                }
+            }
+            _ => &const { [ONE[0], ONE[1], ONE[2], ONE[3], ONE[4], ONE[5], r("tab")] },
+        }
+    }
+
+    fn source(self, f: ShaderFeatures, s: &mut Source) {
+        let rope = matches!(self, AttentionKernel::AttentionRope(_));
+        // Caches read as vec2<f16> (the rope-joined attention writes them
+        // as u32 words, as rope.wgsl does).
+        if f.shader_f16 && !rope {
+            s.def("KV_HALF");
+        }
+        s.set("KV", if f.shader_f16 { "vec2<f16>" } else { "u32" });
+        if self.kv() == F16 {
+            s.def("KV_F16");
+        }
+        match self {
+            AttentionKernel::AttentionRows { head_dim, .. }
+            | AttentionKernel::AttentionQuads { head_dim, .. } => {
+                if matches!(self, AttentionKernel::AttentionQuads { .. }) {
+                    s.def("QUADS");
+                }
+                s.set("HD", head_dim);
+                s.tables(self.bindings());
+                s.include(&[shared::EXACT, KEYS, SOURCE, ROWS]);
+            }
+            _ => {
+                if !matches!(self, AttentionKernel::Attention(_)) {
+                    s.def("Q8");
+                }
+                if rope {
+                    s.def("ROPE");
+                }
+                s.wg = WG_DECODE;
+                s.tables(self.bindings());
+                s.include(&[shared::REDUCE, shared::EXACT]);
+                if rope {
+                    s.include(&[shared::ROTATE]);
+                }
+                s.include(&[KEYS, SOURCE, DECODE]);
+            }
+        }
+    }
+}
+
+/// An attention's tensors: q, the caches, positions, slots, out.
+pub type Operands = [Tensor; 6];
+
+fn named([q, kc, vc, pos, seq, out]: Operands) -> [(&'static str, Tensor); 6] {
+    [
+        ("q", q),
+        ("kc", kc),
+        ("vc", vc),
+        ("pos", pos),
+        ("seq", seq),
+        ("out", out),
+    ]
+}
+
+/// Prefill attention on `kernel` (`AttentionRows` or `AttentionQuads`) or
+/// decode attention (`Attention`) over `groups` workgroups.
+pub fn dispatch(
+    kernel: AttentionKernel,
+    t: Operands,
+    params: Params,
+    groups: u64,
+    aux: Aux,
+) -> Dispatch {
+    let bound = [&named(t)[..], &[("tab", aux.tables)][..]].concat();
+    Dispatch::new(kernel, params, &bound, groups)
+}
+
+/// Decode attention with the Q8 rounding (quants, scales, sums) of its
+/// output for the matmul after it (`AttentionQ8`).
+pub fn with_q8(
+    t: Operands,
+    params: Params,
+    groups: u64,
+    [xq, xd, xs]: [Tensor; 3],
+    aux: Aux,
+) -> Dispatch {
+    let kernel = AttentionKernel::AttentionQ8(t[1].dtype);
+    let q8 = [("xq", xq), ("xd", xd), ("xs", xs), ("tab", aux.tables)];
+    Dispatch::new(kernel, params, &[&named(t)[..], &q8[..]].concat(), groups)
+}
+
+/// What a decode attention takes over from the `RopeStore` before it: Q
+/// before its rope (the attention's q is the rotated one), K and K
+/// rotated, V, the cache rows and the rope.
+#[derive(Clone, Copy)]
+pub struct RopeJoin {
+    pub x: Tensor,
+    pub k: (Tensor, Tensor),
+    pub v: Tensor,
+    pub ids: Tensor,
+    pub p: RopeParams,
+}
+
+/// Decode attention (`t`, with its parameters and workgroups) of one row
+/// with the ropes and cache writes before it, and with `q8` the Q8
+/// rounding of its output (`AttentionRope`).
+pub fn with_rope(
+    (t, params, groups): (Operands, Params, u64),
+    r: RopeJoin,
+    q8: Option<[Tensor; 3]>,
+    aux: Aux,
+) -> Dispatch {
+    let [q, kc, vc, pos, seq, out] = t;
+    let params = Params {
+        n_dims: r.p.n_dims as u32,
+        theta_scale: r.p.freq_base.powf(-2.0 / r.p.n_dims as f32),
+        freq_scale: r.p.freq_scale,
+        factored: u32::from(r.p.freq_factors.is_some()),
+        round_q8: u32::from(q8.is_some()),
+        ..params
+    };
+    let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
+    let ff = r.p.freq_factors.unwrap_or(aux.dummy);
+    let bound = [
+        ("q", r.x),
+        ("kc", kc),
+        ("vc", vc),
+        ("pos", pos),
+        ("seq", seq),
+        ("out", out),
+        ("xq", xq),
+        ("xd", xd),
+        ("xs", xs),
+        ("qo", q),
+        ("xk", r.k.0),
+        ("ko", r.k.1),
+        ("xv", r.v),
+        ("ff", ff),
+        ("ids", r.ids),
+        ("tab", aux.tables),
+    ];
+    Dispatch::new(
+        AttentionKernel::AttentionRope(kc.dtype),
+        params,
+        &bound,
+        groups,
+    )
+}

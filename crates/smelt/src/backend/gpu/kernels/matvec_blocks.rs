@@ -1,0 +1,403 @@
+//! Repacked Q4_0 / Q8_0 decode in the f32-activation mode
+//! (`matvec_blocks.wgsl`): mat-vecs on Q8-rounded activations with packed
+//! integer dot products, whole blocks per invocation, and the ops fused
+//! into them: the residual add after one weight, up to 3 weights of one
+//! input in one dispatch, gate and up with their GLU, and the rms_norm
+//! before them.
+
+use crate::backend::Tensor;
+use crate::quant::GgmlType;
+
+use super::elementwise::Elementwise;
+use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, WG_ROW, r, rw, shared};
+
+const SOURCE: &str = include_str!("matvec_blocks.wgsl");
+
+kernel_params! {
+    /// matvec_blocks.wgsl's parameters.
+    pub struct Params {
+        /// Rows of w (the first weight).
+        pub m: u32,
+        /// Values per row (a multiple of 32).
+        pub k: u32,
+        /// Tokens.
+        pub n: u32,
+        /// Blocks per row.
+        pub row_blocks: u32,
+        /// Row groups of w (MULTI: per token).
+        pub groups_m: u32,
+        /// SINGLE: out's row stride, m or more where w is a part of a
+        /// split weight.
+        pub out_stride: u32,
+        /// SINGLE: out's first column.
+        pub out_col0: u32,
+        /// MULTI: rows of w1.
+        pub m1: u32,
+        /// MULTI: row groups of w1.
+        pub groups1: u32,
+        /// MULTI: rows of w2.
+        pub m2: u32,
+        /// MULTI: row groups of w2 (0: no third weight).
+        pub groups2: u32,
+        /// NORM: the norm's eps.
+        pub eps: f32,
+        /// GLU: 1 when act is rounded to Q8 too.
+        pub round_q8: u32,
+    }
+}
+
+/// Workgroup size of the plain mat-vecs: 128 invocations with four blocks
+/// a step kept more loads in flight than 64 with two.
+const WG_DOT: u32 = 128;
+/// The fused gate/up/GLU: 16 invocations per 4 rows; with the norm taken
+/// in, it must be the norm's (`WG_ROW`).
+const WG_GLU: u32 = 256;
+const _: () = assert!(WG_GLU == WG_ROW);
+
+/// The longest row the mat-vecs take their norm into (the WGSL's
+/// NORM_BLOCKS blocks of 32).
+pub const NORM_MAX_COLS: usize = 4096;
+
+/// The weight type (Q4_0 or Q8_0, repacked) and what is fused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatVecBlocks {
+    /// One weight, and with `residual` the residual add after it.
+    MatVecDot { t: GgmlType, residual: bool },
+    /// Up to 3 weights of one input (`Backend::matmuls`); with `norm`, the
+    /// rms_norm before them taken in (16 rows a workgroup).
+    MatVecMulti { t: GgmlType, norm: bool },
+    /// Gate and up (rows a multiple of 32) with the GLU after them (`op`:
+    /// SiluMul or GeluMul) and its Q8 rounding: a workgroup per 32 rows of
+    /// both; with `norm`, the rms_norm before them taken in.
+    MatVecGlu {
+        t: GgmlType,
+        op: Elementwise,
+        norm: bool,
+    },
+}
+
+impl MatVecBlocks {
+    fn weight(self) -> GgmlType {
+        match self {
+            MatVecBlocks::MatVecDot { t, .. }
+            | MatVecBlocks::MatVecMulti { t, .. }
+            | MatVecBlocks::MatVecGlu { t, .. } => t,
+        }
+    }
+
+    fn norm(self) -> bool {
+        matches!(
+            self,
+            MatVecBlocks::MatVecMulti { norm: true, .. }
+                | MatVecBlocks::MatVecGlu { norm: true, .. }
+        )
+    }
+}
+
+impl Family for MatVecBlocks {
+    type Params = Params;
+
+    fn all() -> Vec<Self> {
+        let mut v = Vec::new();
+        for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+            for norm in [false, true] {
+                v.push(MatVecBlocks::MatVecMulti { t, norm });
+                for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
+                    v.push(MatVecBlocks::MatVecGlu { t, op, norm });
+                }
+            }
+            for residual in [false, true] {
+                v.push(MatVecBlocks::MatVecDot { t, residual });
+            }
+        }
+        v
+    }
+
+    /// Only for repacked weights.
+    fn builds_with(self, f: ShaderFeatures) -> bool {
+        f.repacks(self.weight())
+    }
+
+    fn bindings(self) -> &'static [Binding] {
+        use MatVecBlocks::*;
+        // The weight, the activations (Q8 quants and scales, or the norm's
+        // input and weight), the output; the norm's output last.
+        const Q8: [Binding; 3] = [r("wq"), r("aq"), r("ad")];
+        const NORM: [Binding; 3] = [r("wq"), r("nx"), r("nw")];
+        match self {
+            MatVecDot {
+                residual: false, ..
+            } => &const { [Q8[0], Q8[1], Q8[2], rw("out")] },
+            MatVecDot { residual: true, .. } => {
+                &const { [Q8[0], Q8[1], Q8[2], rw("out"), rw("res"), rw("sum")] }
+            }
+            MatVecMulti { norm: false, .. } => {
+                &const {
+                    [
+                        Q8[0],
+                        Q8[1],
+                        Q8[2],
+                        rw("out"),
+                        r("wq1"),
+                        rw("out1"),
+                        r("wq2"),
+                        rw("out2"),
+                    ]
+                }
+            }
+            MatVecMulti { norm: true, .. } => {
+                &const {
+                    [
+                        NORM[0],
+                        NORM[1],
+                        NORM[2],
+                        rw("out"),
+                        r("wq1"),
+                        rw("out1"),
+                        r("wq2"),
+                        rw("out2"),
+                        rw("nout"),
+                    ]
+                }
+            }
+            MatVecGlu { norm: false, .. } => {
+                &const {
+                    [
+                        Q8[0],
+                        Q8[1],
+                        Q8[2],
+                        rw("out"),
+                        r("wq1"),
+                        rw("out1"),
+                        rw("act"),
+                        rw("xq"),
+                        rw("xd"),
+                        rw("xs"),
+                    ]
+                }
+            }
+            MatVecGlu { norm: true, .. } => {
+                &const {
+                    [
+                        NORM[0],
+                        NORM[1],
+                        NORM[2],
+                        rw("out"),
+                        r("wq1"),
+                        rw("out1"),
+                        rw("act"),
+                        rw("xq"),
+                        rw("xd"),
+                        rw("xs"),
+                        rw("nout"),
+                    ]
+                }
+            }
+        }
+    }
+
+    fn source(self, _f: ShaderFeatures, s: &mut Source) {
+        s.weight_type(self.weight());
+        s.wg = match self {
+            MatVecBlocks::MatVecGlu { .. } => WG_GLU,
+            _ => WG_DOT,
+        };
+        let norm = self.norm();
+        if norm {
+            // The norm's sums as norm.wgsl's, over as many invocations.
+            s.wg = WG_ROW;
+            s.def("NORM");
+            s.def("Q8");
+        }
+        s.def("REDUCE4");
+        match self {
+            MatVecBlocks::MatVecMulti { .. } => {
+                s.def("W1");
+                s.def("MULTI");
+                // Rounds into workgroup memory only.
+                s.def("Q8_LOCAL");
+            }
+            MatVecBlocks::MatVecGlu { op, .. } => {
+                s.def("W1");
+                s.def("GLU");
+                s.def("Q8");
+                s.def(op.glu_define());
+            }
+            MatVecBlocks::MatVecDot { residual, .. } => {
+                s.def("SINGLE");
+                if residual {
+                    s.def("RESID");
+                }
+            }
+        }
+        s.include(&[shared::REDUCE]);
+        if norm || matches!(self, MatVecBlocks::MatVecGlu { .. }) {
+            s.include(&[shared::EXACT]);
+        }
+        s.include(&[SOURCE]);
+        if norm {
+            s.binding("NOUT", "nout", self.bindings());
+        }
+    }
+}
+
+/// The input of mat-vecs of several weights (`MatVecMulti`, `MatVecGlu`):
+/// its Q8 rounding (quants, scales), or the rms_norm whose output it is,
+/// taken into the mat-vecs.
+#[derive(Clone, Copy)]
+pub enum DotIn {
+    Q8([Tensor; 2]),
+    Norm(NormJoin),
+}
+
+/// `out = rms_norm(x) · w` (`Pending::Norm`), taken into the mat-vecs of
+/// its output.
+#[derive(Clone, Copy)]
+pub struct NormJoin {
+    pub x: Tensor,
+    pub w: Tensor,
+    pub eps: f32,
+    pub out: Tensor,
+}
+
+impl DotIn {
+    /// Every tensor it reads or writes.
+    pub fn tensors(self) -> Vec<Tensor> {
+        match self {
+            DotIn::Q8(q8) => q8.to_vec(),
+            DotIn::Norm(n) => vec![n.x, n.w, n.out],
+        }
+    }
+
+    fn norm(self) -> Option<NormJoin> {
+        match self {
+            DotIn::Q8(_) => None,
+            DotIn::Norm(n) => Some(n),
+        }
+    }
+
+    /// Its bindings and the norm's eps (0 without).
+    fn bound(self) -> (Vec<(&'static str, Tensor)>, f32) {
+        match self {
+            DotIn::Q8([xq, xd]) => (vec![("aq", xq), ("ad", xd)], 0.0),
+            DotIn::Norm(n) => (vec![("nx", n.x), ("nw", n.w), ("nout", n.out)], n.eps),
+        }
+    }
+}
+
+/// A repacked decode mat-vec `out[:, o0 .. o0 + w.rows] = x · wᵀ` (o0 >
+/// 0: a part of a split weight) of x's Q8 blocks (quants, scales, sums),
+/// with `resid = (res, sum)` the residual add `sum = res + out` (whole
+/// rows of `out`).
+pub fn dot(
+    (w, [xq, xd, _], out): (Tensor, [Tensor; 3], Tensor),
+    o0: usize,
+    resid: Option<(Tensor, Tensor)>,
+) -> Dispatch {
+    let (m, n, blocks) = (w.rows, out.rows, w.rows.div_ceil(4));
+    let params = Params {
+        m: m as u32,
+        k: w.cols as u32,
+        n: n as u32,
+        // A repacked row's offsets count blocks.
+        row_blocks: (w.cols / w.dtype.block_size()) as u32,
+        groups_m: blocks as u32,
+        out_stride: out.cols as u32,
+        out_col0: o0 as u32,
+        ..Params::default()
+    };
+    let mut bound = vec![("wq", w), ("aq", xq), ("ad", xd), ("out", out)];
+    if let Some((res, sum)) = resid {
+        bound.extend([("res", res), ("sum", sum)]);
+    }
+    let kernel = MatVecBlocks::MatVecDot {
+        t: w.dtype,
+        residual: resid.is_some(),
+    };
+    Dispatch::new(kernel, params, &bound, (blocks * n) as u64)
+}
+
+/// Up to 3 repacked decode mat-vecs of one input `x` for `n` tokens in
+/// one dispatch (`MatVecMulti`): of its Q8 rounding, 4 rows a workgroup,
+/// or with the norm before them taken in, 16; the weights' row groups one
+/// after the other.
+pub fn multi(ws: &[Tensor], x: DotIn, outs: &[Tensor], n: usize) -> Dispatch {
+    let norm = x.norm();
+    let per = if norm.is_some() { 16 } else { 4 };
+    let groups = |t: Tensor| t.rows.div_ceil(per);
+    let (w, o) = (ws[0], outs[0]);
+    let (w1, o1) = (ws[1], outs[1]);
+    // A missing third weight binds the second again and has no rows.
+    let (w2, o2) = (
+        ws.get(2).copied().unwrap_or(w1),
+        outs.get(2).copied().unwrap_or(o1),
+    );
+    let groups2 = if ws.len() == 3 { groups(w2) } else { 0 };
+    let (mut bound, eps) = x.bound();
+    let params = Params {
+        m: w.rows as u32,
+        k: w.cols as u32,
+        n: n as u32,
+        row_blocks: (w.cols / w.dtype.block_size()) as u32,
+        groups_m: groups(w) as u32,
+        m1: w1.rows as u32,
+        groups1: groups(w1) as u32,
+        m2: w2.rows as u32,
+        groups2: groups2 as u32,
+        eps,
+        ..Params::default()
+    };
+    bound.extend([
+        ("wq", w),
+        ("out", o),
+        ("wq1", w1),
+        ("out1", o1),
+        ("wq2", w2),
+        ("out2", o2),
+    ]);
+    let kernel = MatVecBlocks::MatVecMulti {
+        t: w.dtype,
+        norm: norm.is_some(),
+    };
+    let workgroups = ((groups(w) + groups(w1) + groups2) * n) as u64;
+    Dispatch::new(kernel, params, &bound, workgroups)
+}
+
+/// Gate and up mat-vecs (`w`, outputs `outs`) with `act = op(gate) · up`
+/// after them, and with `q8` the Q8 rounding of `act`: a workgroup per 32
+/// rows of both (`MatVecGlu`).
+pub fn gate_up_glu(
+    (w, x, outs): ([Tensor; 2], DotIn, [Tensor; 2]),
+    (op, act): (Elementwise, Tensor),
+    q8: Option<[Tensor; 3]>,
+    aux: Aux,
+) -> Dispatch {
+    let (m, n) = (w[0].rows, outs[0].rows);
+    let (mut bound, eps) = x.bound();
+    let params = Params {
+        m: m as u32,
+        k: w[0].cols as u32,
+        n: n as u32,
+        row_blocks: (w[0].cols / w[0].dtype.block_size()) as u32,
+        round_q8: u32::from(q8.is_some()),
+        eps,
+        ..Params::default()
+    };
+    let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
+    bound.extend([
+        ("wq", w[0]),
+        ("out", outs[0]),
+        ("wq1", w[1]),
+        ("out1", outs[1]),
+        ("act", act),
+        ("xq", xq),
+        ("xd", xd),
+        ("xs", xs),
+    ]);
+    let kernel = MatVecBlocks::MatVecGlu {
+        t: w[0].dtype,
+        op,
+        norm: x.norm().is_some(),
+    };
+    Dispatch::new(kernel, params, &bound, (m / 32 * n) as u64)
+}
