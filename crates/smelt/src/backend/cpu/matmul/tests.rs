@@ -1,0 +1,143 @@
+use super::*;
+
+use crate::backend::cpu::q8::tests::{TYPES, acts, weights};
+
+/// `Σ_b d_w·d_x·isum_b` per output in f64, from the GGUF blocks and
+/// the quantized activations, and per output the sum of the terms'
+/// magnitudes (the scale the f32 sums' rounding is relative to).
+fn block_sums(
+    dtype: GgmlType,
+    w: &[u8],
+    m: usize,
+    k: usize,
+    x: &Q8Acts,
+    n: usize,
+) -> (Vec<f64>, Vec<f64>) {
+    let (nb, size) = (k / q8::QK8, dtype.type_size());
+    let mut want = vec![0f64; n * m];
+    let mut scale = vec![0f64; n * m];
+    for i in 0..n {
+        for j in 0..m {
+            for b in 0..nb {
+                let blk = &w[(j * nb + b) * size..][..size];
+                let half = |at: usize| {
+                    f64::from(simd::f16_to_f32(u16::from_le_bytes([blk[at], blk[at + 1]])))
+                };
+                // Value t as ggml's integer, from its nibble (and
+                // fifth bit) at `qs` less `off`.
+                let nibble = |qs: usize, t: usize| {
+                    let byte = blk[qs + t % 16];
+                    i32::from(if t < 16 { byte & 15 } else { byte >> 4 })
+                };
+                let fifth = |qh: usize, t: usize| {
+                    let bits = u32::from_le_bytes(blk[qh..qh + 4].try_into().unwrap());
+                    (bits >> t & 1) as i32 * 16
+                };
+                let q = |t: usize| -> i32 {
+                    match dtype {
+                        GgmlType::Q4_0 => nibble(2, t) - 8,
+                        GgmlType::Q4_1 => nibble(4, t),
+                        GgmlType::Q5_0 => nibble(6, t) + fifth(2, t) - 16,
+                        GgmlType::Q5_1 => nibble(8, t) + fifth(4, t),
+                        _ => i32::from(blk[2 + t] as i8),
+                    }
+                };
+                let isum: i32 = (0..q8::QK8)
+                    .map(|t| q(t) * i32::from(x.qs[i * k + b * q8::QK8 + t]))
+                    .sum();
+                let mut term = half(0) * f64::from(x.d[i * nb + b]) * f64::from(isum);
+                if matches!(dtype, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                    // The minimum times x's rounded sum, as ggml.
+                    term += half(2) * f64::from(x.s[i * nb + b]);
+                }
+                want[i * m + j] += term;
+                scale[i * m + j] += term.abs();
+            }
+        }
+    }
+    (want, scale)
+}
+
+/// On each instruction set, decode, the interleaved GEMM and ggml's
+/// tiles give every output its exact block sums to
+/// within f32 rounding (relative 1e-5 of the terms' magnitudes), on
+/// shapes with partial groups of 8 weight rows, partial items and
+/// partial 4-row steps of activations; so does ggml's order. The
+/// tolerance is tight enough to see one quant off by one.
+#[test]
+fn q8_matmuls_match_the_block_sums() {
+    const TOL: f64 = 1e-5;
+    let mut pool = ThreadPool::new(2).unwrap();
+    let scratch: Vec<Mutex<Scratch>> = (0..2).map(|_| Mutex::default()).collect();
+    let mut worst_err = 0f64;
+    for (t, dtype) in TYPES.into_iter().enumerate() {
+        for (m, n, k) in [
+            (13, 7, 576),
+            (21, 259, 576),
+            (37, 6, 1536),
+            (8, 263, 1536),
+            (3, 5, 64),
+            (13, 1, 576),
+            (37, 2, 1536),
+            // 5, 3 and 7 blocks (no multiple of 64 or 256 values).
+            (19, 3, 160),
+            (1, 1, 96),
+            (9, 70, 224),
+        ] {
+            let seed = 11 * t as u64 + (m * n + k) as u64;
+            let w = weights(dtype, m, k, seed);
+            for isa in Isa::available() {
+                let mut qa = Q8Acts::default();
+                qa.quantize(isa, &acts(n, k, seed + 1));
+                let (want, scale) = block_sums(dtype, &w, m, k, &qa, n);
+                for exact in [false, true] {
+                    let mut out = vec![f32::NAN; n * m];
+                    matmul(
+                        &mut pool,
+                        isa,
+                        exact,
+                        &scratch,
+                        &w,
+                        dtype,
+                        k,
+                        n,
+                        Inputs {
+                            f32: &[],
+                            q8: Some(&qa),
+                            q8k: None,
+                        },
+                        &mut out,
+                    )
+                    .unwrap();
+                    for (o, (&got, (&want, &scale))) in
+                        out.iter().zip(want.iter().zip(&scale)).enumerate()
+                    {
+                        let err = (f64::from(got) - want).abs();
+                        worst_err = worst_err.max(err / (TOL * scale));
+                        assert!(
+                            err <= TOL * scale,
+                            "{dtype:?} {isa:?} {m}×{k} · {n} rows, exact {exact}: output {o} = {got}, want {want} (err {err:e}, scale {scale:e})"
+                        );
+                    }
+                }
+                // One quant one step off (against an activation quant of
+                // at least 8) moves an output by more than the tolerance.
+                let mut w1 = w.clone();
+                let qs_at = match dtype {
+                    GgmlType::Q4_1 => 4,
+                    GgmlType::Q5_0 => 6,
+                    GgmlType::Q5_1 => 8,
+                    _ => 2,
+                };
+                w1[qs_at] ^= 1;
+                let (moved, _) = block_sums(dtype, &w1, m, k, &qa, n);
+                let worst = (0..n)
+                    .filter(|&i| qa.qs[i * k].unsigned_abs() >= 8)
+                    .map(|i| (moved[i * m] - want[i * m]).abs() / (TOL * scale[i * m]))
+                    .fold(f64::MAX, f64::min);
+                assert!(worst > 1.0, "{dtype:?}: tolerance too loose ({worst})");
+            }
+        }
+    }
+    eprintln!("largest error: {worst_err:.3} of the tolerance");
+}
