@@ -3,15 +3,23 @@
 //! `(i / inner) % count == j`. It is the gradient of every broadcast read
 //! (bias, normalisation statistics, scalars) and the reduction of the norms.
 //!
-//! Order: for each outer block `q` in turn, the block's `inner` consecutive
-//! elements are summed in order (from zero), and that partial is added to
-//! the running total (from zero).
+//! Order (a fixed tree, the same on both backends): output `j` has
+//! `L = outer · inner` terms, term `e` being element
+//! `(e / inner) · inner · count + j · inner + e % inner`. `W`, the smallest
+//! power of two `≥ L` capped at `LANES`, lanes each sum the terms
+//! `e ≡ lane (mod W)` in order of `e` from zero; then the lanes are halved
+//! in place, `lane[t] += lane[t + s]` for `t < s`, `s = W/2, W/4, …, 1`,
+//! and `lane[0]` is the output. On the GPU a lane is an invocation and the
+//! halving runs in workgroup memory; `256 / W` outputs share a workgroup.
 
 use crate::cpu::{Cx, par_chunks};
 use crate::error::{Result, shape_err};
 use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
 use crate::graph::{Graph, Shape, Value};
 use crate::ops::{Backward, Bcast, Io, MapOp, Shapes};
+
+/// Lanes of the widest tree: one workgroup of `reduce.wgsl`.
+pub const LANES: usize = 256;
 
 pub fn infer(b: &Bcast, s: &[&[usize]]) -> Result<Vec<Shape>> {
     let n: usize = s[0].iter().product();
@@ -35,20 +43,32 @@ pub fn backward(b: &Bcast, g: &mut Graph, bw: &Backward) -> Result<Vec<Option<Va
     Ok(vec![Some(g.map(m, &[dy])?)])
 }
 
-/// One output of the canonical sum.
-#[inline]
+/// The tree's width for `terms` terms per output.
+pub fn lanes(terms: usize) -> usize {
+    terms.next_power_of_two().min(LANES)
+}
+
+/// One output by the tree.
 fn sum_one(x: &[f32], b: &Bcast, j: usize) -> f32 {
     let period = b.inner * b.count;
-    let mut total = 0.0f32;
+    let terms = x.len() / period * b.inner;
+    let width = lanes(terms);
+    let mut lane = [0f32; LANES];
+    let mut e = 0;
     for q in 0..x.len() / period {
-        let run = &x[q * period + j * b.inner..][..b.inner];
-        let mut partial = 0.0f32;
-        for &v in run {
-            partial += v;
+        for &v in &x[q * period + j * b.inner..][..b.inner] {
+            lane[e & (width - 1)] += v;
+            e += 1;
         }
-        total += partial;
     }
-    total
+    let mut s = width / 2;
+    while s > 0 {
+        for t in 0..s {
+            lane[t] += lane[t + s];
+        }
+        s /= 2;
+    }
+    lane[0]
 }
 
 pub fn cpu(b: &Bcast, cx: &mut Cx, io: &mut Io) {
@@ -65,24 +85,72 @@ pub fn cpu(b: &Bcast, cx: &mut Cx, io: &mut Io) {
 pub struct SumToParams {
     pub inner: u32,
     pub count: u32,
-    pub outer: u32,
-    pub pad: u32,
+    /// Terms per output (`outer · inner`).
+    pub terms: u32,
+    /// The tree's width `W`.
+    pub lanes: u32,
 }
 
-pub const SUM_TO_FIELDS: &[&str] = &["inner", "count", "outer", "pad"];
+pub const SUM_TO_FIELDS: &[&str] = &["inner", "count", "terms", "lanes"];
 
 pub fn gpu(b: &Bcast, s: &Shapes) -> Vec<Dispatch> {
     let n: usize = s.ins[0].iter().product();
+    let terms = n / b.count;
+    let width = lanes(terms);
     let p = SumToParams {
         inner: b.inner as u32,
         count: b.count as u32,
-        outer: (n / (b.inner * b.count)) as u32,
-        pad: 0,
+        terms: terms as u32,
+        lanes: width as u32,
     };
     vec![Dispatch::new(
         Kernel::new("reduce", &[]),
         bytemuck::bytes_of(&p),
         vec![Bind::In(0), Bind::Out(0)],
-        groups_1d(b.count, 64),
+        groups_1d(b.count * width, LANES),
     )]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stated order, written out directly: lane sums by term index,
+    /// then the halving.
+    fn by_the_rule(x: &[f32], b: &Bcast, j: usize) -> f32 {
+        let period = b.inner * b.count;
+        let terms: Vec<f32> = (0..x.len() / period * b.inner)
+            .map(|e| x[e / b.inner * period + j * b.inner + e % b.inner])
+            .collect();
+        let width = terms.len().next_power_of_two().min(LANES);
+        let mut lane: Vec<f32> = (0..width)
+            .map(|t| terms.iter().skip(t).step_by(width).fold(0.0, |s, &v| s + v))
+            .collect();
+        while lane.len() > 1 {
+            let half = lane.len() / 2;
+            let (lo, hi) = lane.split_at_mut(half);
+            for (l, h) in lo.iter_mut().zip(hi.iter()) {
+                *l += *h;
+            }
+            lane.truncate(half);
+        }
+        lane[0]
+    }
+
+    #[test]
+    fn the_cpu_sum_follows_the_tree() {
+        // Magnitudes far apart, so that another order gives other bits.
+        let value = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) * 10f32.powi((i % 7) as i32);
+        for (outer, count, inner) in [(7, 3, 50), (300, 4, 1), (2, 70, 1), (3, 5, 37), (1, 1, 6)] {
+            let x: Vec<f32> = (0..outer * count * inner).map(value).collect();
+            let b = Bcast { inner, count };
+            for j in 0..count {
+                assert_eq!(
+                    sum_one(&x, &b, j).to_bits(),
+                    by_the_rule(&x, &b, j).to_bits(),
+                    "outer {outer} count {count} inner {inner} output {j}"
+                );
+            }
+        }
+    }
 }
