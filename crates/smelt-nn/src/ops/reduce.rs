@@ -5,12 +5,13 @@
 //!
 //! Order (a fixed tree, the same on both backends): output `j` has
 //! `L = outer · inner` terms, term `e` being element
-//! `(e / inner) · inner · count + j · inner + e % inner`. `W`, the smallest
-//! power of two `≥ L` capped at `LANES`, lanes each sum the terms
-//! `e ≡ lane (mod W)` in order of `e` from zero; then the lanes are halved
-//! in place, `lane[t] += lane[t + s]` for `t < s`, `s = W/2, W/4, …, 1`,
-//! and `lane[0]` is the output. On the GPU a lane is an invocation and the
-//! halving runs in workgroup memory; `256 / W` outputs share a workgroup.
+//! `(e / inner) · inner · count + j · inner + e % inner`. `W = lanes(L)`
+//! lanes (a power of two, about `L / TERMS_PER_LANE`, at most `LANES`)
+//! each sum the terms `e ≡ lane (mod W)` in order of `e` from zero; then
+//! the lanes are halved in place, `lane[t] += lane[t + s]` for `t < s`,
+//! `s = W/2, W/4, …, 1`, and `lane[0]` is the output. On the GPU a lane is
+//! an invocation and the halving runs in workgroup memory; `LANES / W`
+//! outputs share a workgroup.
 
 use crate::cpu::{Cx, par_chunks};
 use crate::error::{Result, shape_err};
@@ -20,6 +21,10 @@ use crate::ops::{Backward, Bcast, Io, MapOp, Shapes};
 
 /// Lanes of the widest tree: one workgroup of `reduce.wgsl`.
 pub const LANES: usize = 256;
+
+/// Terms a lane sums on its own before the tree: enough serial work to
+/// pay for a lane, few enough that long sums spread over many lanes.
+const TERMS_PER_LANE: usize = 8;
 
 pub fn infer(b: &Bcast, s: &[&[usize]]) -> Result<Vec<Shape>> {
     let n: usize = s[0].iter().product();
@@ -45,7 +50,10 @@ pub fn backward(b: &Bcast, g: &mut Graph, bw: &Backward) -> Result<Vec<Option<Va
 
 /// The tree's width for `terms` terms per output.
 pub fn lanes(terms: usize) -> usize {
-    terms.next_power_of_two().min(LANES)
+    terms
+        .div_ceil(TERMS_PER_LANE)
+        .next_power_of_two()
+        .min(LANES)
 }
 
 /// One output by the tree.
@@ -89,9 +97,14 @@ pub struct SumToParams {
     pub terms: u32,
     /// The tree's width `W`.
     pub lanes: u32,
+    /// 1: a workgroup's neighbouring invocations are neighbouring outputs
+    /// (coalesced reads when `inner` is 1), 0: neighbouring lanes of one
+    /// output (coalesced along runs of `inner`).
+    pub outputs_minor: u32,
+    pub pad: [u32; 3],
 }
 
-pub const SUM_TO_FIELDS: &[&str] = &["inner", "count", "terms", "lanes"];
+pub const SUM_TO_FIELDS: &[&str] = &["inner", "count", "terms", "lanes", "outputs_minor", "pad"];
 
 pub fn gpu(b: &Bcast, s: &Shapes) -> Vec<Dispatch> {
     let n: usize = s.ins[0].iter().product();
@@ -102,6 +115,8 @@ pub fn gpu(b: &Bcast, s: &Shapes) -> Vec<Dispatch> {
         count: b.count as u32,
         terms: terms as u32,
         lanes: width as u32,
+        outputs_minor: u32::from(b.inner == 1),
+        pad: [0; 3],
     };
     vec![Dispatch::new(
         Kernel::new("reduce", &[]),
@@ -122,7 +137,7 @@ mod tests {
         let terms: Vec<f32> = (0..x.len() / period * b.inner)
             .map(|e| x[e / b.inner * period + j * b.inner + e % b.inner])
             .collect();
-        let width = terms.len().next_power_of_two().min(LANES);
+        let width = lanes(terms.len());
         let mut lane: Vec<f32> = (0..width)
             .map(|t| terms.iter().skip(t).step_by(width).fold(0.0, |s, &v| s + v))
             .collect();
@@ -138,10 +153,26 @@ mod tests {
     }
 
     #[test]
+    fn trees_are_about_eight_terms_a_lane_wide() {
+        let widths = [
+            (1, 1),
+            (3, 1),
+            (9, 2),
+            (20, 4),
+            (256, 32),
+            (350, 64),
+            (16384, 256),
+        ];
+        for (terms, width) in widths {
+            assert_eq!(lanes(terms), width, "{terms} terms");
+        }
+    }
+
+    #[test]
     fn the_cpu_sum_follows_the_tree() {
         // Magnitudes far apart, so that another order gives other bits.
         let value = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) * 10f32.powi((i % 7) as i32);
-        for (outer, count, inner) in [(7, 3, 50), (300, 4, 1), (2, 70, 1), (3, 5, 37), (1, 1, 6)] {
+        for (outer, count, inner) in [(7, 3, 50), (300, 4, 1), (20, 70, 1), (3, 5, 37), (1, 1, 6)] {
             let x: Vec<f32> = (0..outer * count * inner).map(value).collect();
             let b = Bcast { inner, count };
             for j in 0..count {

@@ -250,7 +250,7 @@ pub fn cases() -> Vec<Case> {
             |g, v| g.matmul(v[0], v[1], true, true),
         ),
         // A batch of 150: the weight gradient's k is split in two uneven
-        // chunks, the bias gradient is a 256-lane tree over 150 terms.
+        // chunks, the bias gradient is a 32-lane tree over 150 terms.
         case(
             "linear_long_batch",
             vec![
@@ -260,25 +260,26 @@ pub fn cases() -> Vec<Case> {
             ],
             |g, v| g.linear(v[0], v[1], Some(v[2])),
         ),
-        // 350 terms per output: lanes wrap around the 256-lane tree.
+        // 2440 terms per output in runs of 61: the full 256-lane tree,
+        // lanes of 9 and 10 terms.
         case(
             "sum_to_long",
-            vec![("x", vec![7, 3, 50], Normal)],
+            vec![("x", vec![40, 2, 61], Normal)],
             |g, v| {
                 g.sum_to(
                     v[0],
                     Bcast {
-                        inner: 50,
-                        count: 3,
+                        inner: 61,
+                        count: 2,
                     },
                 )
             },
         ),
-        // 3 terms per output: 4-lane trees, 64 outputs per workgroup, the
+        // 20 terms per output: 4-lane trees, 64 outputs per workgroup, the
         // last workgroup part-filled.
         case(
             "sum_to_many_outputs",
-            vec![("x", vec![3, 300], Normal)],
+            vec![("x", vec![20, 300], Normal)],
             |g, v| {
                 g.sum_to(
                     v[0],

@@ -3,13 +3,17 @@
 // (ops/reduce.rs): lane t of `lanes` sums the terms e ≡ t (mod lanes) in
 // order of e from zero, then the lanes are halved in workgroup memory,
 // part[t] += part[t + s] for s = lanes/2, …, 1. 256 / lanes outputs per
-// workgroup.
+// workgroup, its invocations output-major or (outputs_minor) lane-major.
 
 struct SumToParams {
     inner: u32,
     count: u32,
     terms: u32,
     lanes: u32,
+    outputs_minor: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: SumToParams;
@@ -25,8 +29,17 @@ fn main(
     @builtin(local_invocation_index) t: u32,
 ) {
     let group = wid.x + wid.y * nwg.x;
-    let j = group * (256u / p.lanes) + t / p.lanes;
-    let lane = t % p.lanes;
+    let per_group = 256u / p.lanes;
+    // Where lane `lane` of the group's output `o` keeps its sum.
+    var lane = t % p.lanes;
+    var o = t / p.lanes;
+    var lane_step = 1u;
+    if (p.outputs_minor == 1u) {
+        lane = t / per_group;
+        o = t % per_group;
+        lane_step = per_group;
+    }
+    let j = group * per_group + o;
     var acc = 0.0;
     if (j < p.count) {
         let period = p.inner * p.count;
@@ -49,7 +62,7 @@ fn main(
     workgroupBarrier();
     for (var s = p.lanes / 2u; s > 0u; s /= 2u) {
         if (lane < s) {
-            part[t] += part[t + s];
+            part[t] += part[t + s * lane_step];
         }
         workgroupBarrier();
     }
