@@ -79,12 +79,46 @@ fn sum_one(x: &[f32], b: &Bcast, j: usize) -> f32 {
     lane[0]
 }
 
-pub fn cpu(b: &Bcast, cx: &mut Cx, io: &mut Io) {
-    let x = io.ins[0];
-    par_chunks(cx, &mut *io.outs[0], 16, &|start, out| {
+/// Outputs a column-sum block handles together.
+const BLOCK: usize = 16;
+
+/// Outputs `start..start + out.len()` by the tree. Column sums
+/// (`inner == 1`) keep a block's lanes side by side, so that each row's
+/// neighbouring outputs are read together.
+fn sum_outputs(x: &[f32], b: &Bcast, start: usize, out: &mut [f32]) {
+    if b.inner != 1 || out.len() > BLOCK {
         for (k, o) in out.iter_mut().enumerate() {
             *o = sum_one(x, b, start + k);
         }
+        return;
+    }
+    let width = lanes(x.len() / b.count);
+    let cols = out.len();
+    // lane[t][c]: lane t of output start + c.
+    let mut lane = [[0f32; BLOCK]; LANES];
+    for (e, row) in x.chunks_exact(b.count).enumerate() {
+        let acc = &mut lane[e & (width - 1)];
+        for (a, &v) in acc[..cols].iter_mut().zip(&row[start..start + cols]) {
+            *a += v;
+        }
+    }
+    let mut s = width / 2;
+    while s > 0 {
+        let (lo, hi) = lane.split_at_mut(s);
+        for (l, h) in lo.iter_mut().zip(hi.iter()) {
+            for (a, &v) in l.iter_mut().zip(h) {
+                *a += v;
+            }
+        }
+        s /= 2;
+    }
+    out.copy_from_slice(&lane[0][..cols]);
+}
+
+pub fn cpu(b: &Bcast, cx: &mut Cx, io: &mut Io) {
+    let x = io.ins[0];
+    par_chunks(cx, &mut *io.outs[0], BLOCK, &|start, out| {
+        sum_outputs(x, b, start, out)
     });
 }
 
@@ -175,9 +209,13 @@ mod tests {
         for (outer, count, inner) in [(7, 3, 50), (300, 4, 1), (20, 70, 1), (3, 5, 37), (1, 1, 6)] {
             let x: Vec<f32> = (0..outer * count * inner).map(value).collect();
             let b = Bcast { inner, count };
-            for j in 0..count {
+            let mut out = vec![0f32; count];
+            for (start, block) in (0..).step_by(BLOCK).zip(out.chunks_mut(BLOCK)) {
+                sum_outputs(&x, &b, start, block);
+            }
+            for (j, o) in out.iter().enumerate() {
                 assert_eq!(
-                    sum_one(&x, &b, j).to_bits(),
+                    o.to_bits(),
                     by_the_rule(&x, &b, j).to_bits(),
                     "outer {outer} count {count} inner {inner} output {j}"
                 );
