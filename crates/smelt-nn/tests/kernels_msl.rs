@@ -81,6 +81,7 @@ fn every_kernel_validates_and_writes_msl_and_spirv() {
     let variants: &[(&str, &[&str])] = &[
         ("reduce", &[]),
         ("matmul", &[]),
+        ("matmul", &["SPLIT_SUM"]),
         ("conv", &["FORWARD"]),
         ("conv", &["TRANSPOSED"]),
         ("conv", &["WEIGHT"]),
@@ -99,6 +100,7 @@ fn every_kernel_validates_and_writes_msl_and_spirv() {
         ("rnn", &["GRU"]),
         ("rnn", &["GRU_GRAD"]),
         ("rnn", &["SHIFT"]),
+        ("rnn", &["TRANSPOSE"]),
         ("optim", &["SGD"]),
         ("optim", &["ADAM"]),
         ("optim", &["EMA"]),

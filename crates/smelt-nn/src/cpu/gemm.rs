@@ -2,7 +2,8 @@
 //! output summed over `k` in order from zero with a separate multiply and
 //! add (the GPU kernels' order), vectorized across `n`: panels of B packed
 //! `NR` columns wide, blocks of A `MR` rows tall, an `MR × NR` register
-//! tile per step of `k`.
+//! tile per step of `k`. `gemm` may cut `k` into chunks (`Dims::chunk`):
+//! each chunk summed so, then the chunks' sums added in order.
 //!
 //! Operands are strided views, so transposes cost nothing: element
 //! `(i, p)` of A is `a[i·row + p·col]`.
@@ -86,19 +87,30 @@ impl PackedB {
 
 /// `c (m × n, row-major) = a (m × k) · b (k × n)` on one thread.
 pub fn gemm_serial(m: usize, n: usize, k: usize, a: View, b: View, c: &mut [f32]) {
-    serial_packed(m, a, &PackedB::new(k, n, b), c);
+    serial_packed(m, k, a, &PackedB::new(k, n, b), c);
 }
 
-fn serial_packed(m: usize, a: View, b: &PackedB, c: &mut [f32]) {
+fn serial_packed(m: usize, chunk: usize, a: View, b: &PackedB, c: &mut [f32]) {
     let (n, k) = (b.n, b.k);
     let mut apack = vec![0f32; k * MR];
     for ib in 0..m.div_ceil(MR) {
         pack_a(k, m, a, ib, &mut apack);
         for jb in 0..n.div_ceil(NR) {
-            let tile = tile(k, &apack, b.panel(jb));
+            let tile = tile_chunked(k, chunk, &apack, b.panel(jb));
             store(&tile, ib, jb, m, n, |i, j, v| c[i * n + j] = v);
         }
     }
+}
+
+/// A product's sizes. `k` is summed in chunks of `chunk` (the last one
+/// shorter), each from zero, and the chunks' sums are added in order;
+/// `chunk ≥ k` is one sum.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub chunk: usize,
 }
 
 /// Whether a product is too small to share out between threads.
@@ -106,23 +118,27 @@ fn serial(cx: &Cx, m: usize, n: usize, k: usize) -> bool {
     m * n * k < 32 * 1024 || cx.pool.n_threads() == 1
 }
 
-/// `c (m × n, row-major) = a (m × k) · b (k × n)`, on the pool's threads
-/// in tiles of `MR` rows × `4·NR` columns.
-pub fn gemm(cx: &mut Cx, m: usize, n: usize, k: usize, a: View, b: View, c: &mut [f32]) {
-    let packed = if serial(cx, m, n, k) {
-        PackedB::new(k, n, b)
+/// `c (m × n, row-major) = a (m × k) · b (k × n)`, `k` in chunks, on the
+/// pool's threads in tiles of `MR` rows × `4·NR` columns.
+pub fn gemm(cx: &mut Cx, d: Dims, a: View, b: View, c: &mut [f32]) {
+    let packed = if serial(cx, d.m, d.n, d.k) {
+        PackedB::new(d.k, d.n, b)
     } else {
-        PackedB::new_parallel(cx, k, n, b)
+        PackedB::new_parallel(cx, d.k, d.n, b)
     };
-    gemm_packed(cx, m, a, &packed, c);
+    chunked_packed(cx, d.m, d.chunk, a, &packed, c);
 }
 
 /// `c (m × n) = a (m × k) · b` with B already packed.
 pub fn gemm_packed(cx: &mut Cx, m: usize, a: View, b: &PackedB, c: &mut [f32]) {
+    chunked_packed(cx, m, b.k, a, b, c);
+}
+
+fn chunked_packed(cx: &mut Cx, m: usize, chunk: usize, a: View, b: &PackedB, c: &mut [f32]) {
     let (n, k) = (b.n, b.k);
     let panels = n.div_ceil(NR);
     if serial(cx, m, n, k) {
-        return serial_packed(m, a, b, c);
+        return serial_packed(m, chunk, a, b, c);
     }
     const GROUP: usize = 4;
     let groups = panels.div_ceil(GROUP);
@@ -134,7 +150,7 @@ pub fn gemm_packed(cx: &mut Cx, m: usize, a: View, b: &PackedB, c: &mut [f32]) {
             let (ib, gi) = (t / groups, t % groups);
             pack_a(k, m, a, ib, &mut apack);
             for jb in gi * GROUP..((gi + 1) * GROUP).min(panels) {
-                let tile = tile(k, &apack, b.panel(jb));
+                let tile = tile_chunked(k, chunk, &apack, b.panel(jb));
                 store(&tile, ib, jb, m, n, |i, j, v| {
                     // SAFETY: each (block, panel) tile's elements are written
                     // by exactly one task.
@@ -188,6 +204,26 @@ fn store(
             put(i, j, v);
         }
     }
+}
+
+/// One register tile summed in chunks of `chunk` along `p`, the chunks'
+/// tiles added in order.
+fn tile_chunked(k: usize, chunk: usize, a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+    let chunk = chunk.max(1);
+    let first = chunk.min(k);
+    let mut acc = tile(first, a, b);
+    let mut p0 = first;
+    while p0 < k {
+        let len = chunk.min(k - p0);
+        let part = tile(len, &a[p0 * MR..], &b[p0 * NR..]);
+        for (row, prow) in acc.iter_mut().zip(&part) {
+            for (v, pv) in row.iter_mut().zip(prow) {
+                *v += pv;
+            }
+        }
+        p0 += len;
+    }
+    acc
 }
 
 /// One register tile: `Σ_p a[p, r] · b[p, c]` in order of `p`.

@@ -78,13 +78,17 @@ impl Kernel {
     }
 }
 
-/// A storage binding: an input or output of the node, or the run state
-/// (`[step, seed, pad, pad, bias corrections…]`, written before each run).
+/// A storage binding: an input or output of the node, the run state
+/// (`[step, seed, pad, pad, bias corrections…]`, written before each run),
+/// or the scratch buffer an op's dispatches pass partial results through
+/// (one buffer shared by every op: its contents live only from one
+/// dispatch of an op to the next of the same op).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bind {
     In(usize),
     Out(usize),
     Run,
+    Scratch,
 }
 
 #[derive(Clone, Debug)]
@@ -94,6 +98,8 @@ pub struct Dispatch {
     pub params: Vec<u8>,
     pub binds: Vec<Bind>,
     pub groups: [u32; 3],
+    /// Elements of scratch the dispatch needs (`Bind::Scratch`).
+    pub scratch: usize,
 }
 
 impl Dispatch {
@@ -103,6 +109,7 @@ impl Dispatch {
             params: params.to_vec(),
             binds,
             groups,
+            scratch: 0,
         }
     }
 }

@@ -173,6 +173,7 @@ pub struct GpuExec {
     outputs: Vec<(Loc, u64, u64)>,
     slots: Vec<wgpu::Buffer>,
     _params: Option<wgpu::Buffer>,
+    _scratch: wgpu::Buffer,
 }
 
 impl GpuExec {
@@ -204,6 +205,8 @@ impl GpuExec {
                 all.push((step, d, offset));
             }
         }
+        let scratch_len = all.iter().map(|(_, d, _)| d.scratch).max().unwrap_or(0);
+        let scratch = dev.buffer("scratch", scratch_len)?;
         let params_buf = (!params.is_empty()).then(|| {
             let buf = dev.ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("params"),
@@ -243,6 +246,7 @@ impl GpuExec {
                     Bind::In(i) => buffer_of(step.ins[i]),
                     Bind::Out(o) => buffer_of(step.outs[o]),
                     Bind::Run => &run_buf,
+                    Bind::Scratch => &scratch,
                 };
                 entries.push(wgpu::BindGroupEntry {
                     binding,
@@ -281,6 +285,7 @@ impl GpuExec {
             outputs,
             slots,
             _params: params_buf,
+            _scratch: scratch,
         })
     }
 

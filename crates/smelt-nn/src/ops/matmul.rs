@@ -1,11 +1,16 @@
 //! Matrix product `C[M, N] = op(A) · op(B)`, `op` the matrix or its
 //! transpose as stored: fully connected layers and their gradients. Each
-//! output is `Σ_k` in order of `k` (`cpu::gemm`, `matmul.wgsl`).
+//! output is `Σ_k` in order of `k` (`cpu::gemm`, `matmul.wgsl`), in
+//! chunks when `k` is long and the output small (a weight gradient, `k`
+//! the batch): `split_chunk` cuts `k` into chunks, each summed in order
+//! from zero, and the chunks' sums are added in order. On the GPU each
+//! chunk is its own workgroup, writing a partial tile; a second dispatch
+//! adds the partials.
 
 use crate::cpu::Cx;
-use crate::cpu::gemm::{View, gemm};
+use crate::cpu::gemm::{Dims, View, gemm};
 use crate::error::{Result, shape_err};
-use crate::gpu::dispatch::{Bind, Dispatch, Kernel};
+use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
 use crate::graph::{Graph, Shape, Value};
 use crate::ops::{Backward, Io, Op, Shapes};
 
@@ -69,11 +74,14 @@ impl MatMul {
         let (m, n, k) = dims(self, &io.shapes.ins[0], &io.shapes.ins[1]).expect("checked shapes");
         let a = View::new(io.ins[0], k, m, self.trans_a);
         let b = View::new(io.ins[1], n, k, self.trans_b);
-        gemm(cx, m, n, k, a, b, &mut *io.outs[0]);
+        let chunk = split_chunk(m, n, k);
+        gemm(cx, Dims { m, n, k, chunk }, a, b, &mut *io.outs[0]);
     }
 
     pub fn gpu(&self, s: &Shapes) -> Vec<Dispatch> {
         let (m, n, k) = dims(self, &s.ins[0], &s.ins[1]).expect("checked shapes");
+        let chunk = split_chunk(m, n, k);
+        let splits = k.div_ceil(chunk.max(1)).max(1);
         let (a_row, a_k) = if self.trans_a { (1, m) } else { (k, 1) };
         let (b_k, b_col) = if self.trans_b { (1, k) } else { (n, 1) };
         let p = MatMulParams {
@@ -84,15 +92,60 @@ impl MatMul {
             a_k: a_k as u32,
             b_k: b_k as u32,
             b_col: b_col as u32,
-            pad: 0,
+            chunk: chunk as u32,
         };
-        vec![Dispatch::new(
-            Kernel::new("matmul", &[]),
-            bytemuck::bytes_of(&p),
-            vec![Bind::In(0), Bind::In(1), Bind::Out(0)],
-            [n.div_ceil(TILE) as u32, m.div_ceil(TILE) as u32, 1],
-        )]
+        let tiles = [
+            n.div_ceil(TILE) as u32,
+            m.div_ceil(TILE) as u32,
+            splits as u32,
+        ];
+        let kernel = Kernel::new("matmul", &[]);
+        if splits == 1 {
+            let binds = vec![Bind::In(0), Bind::In(1), Bind::Out(0)];
+            return vec![Dispatch::new(kernel, bytemuck::bytes_of(&p), binds, tiles)];
+        }
+        let partials = Dispatch {
+            scratch: splits * m * n,
+            ..Dispatch::new(
+                kernel,
+                bytemuck::bytes_of(&p),
+                vec![Bind::In(0), Bind::In(1), Bind::Scratch],
+                tiles,
+            )
+        };
+        let sum = SplitSumParams {
+            len: (m * n) as u32,
+            splits: splits as u32,
+            pad: [0; 2],
+        };
+        let total = Dispatch::new(
+            Kernel::new("matmul", &["SPLIT_SUM"]),
+            bytemuck::bytes_of(&sum),
+            vec![Bind::Scratch, Bind::Out(0)],
+            groups_1d(m * n, 256),
+        );
+        vec![partials, total]
     }
+}
+
+/// Workgroups a product should reach before splitting `k` stops paying
+/// (about one per compute unit of a large GPU).
+const TARGET_GROUPS: usize = 128;
+
+/// The shortest chunk of `k` a split makes.
+const MIN_CHUNK: usize = 64;
+
+/// The chunk length `k` is summed in: `k` itself (one sum) unless the
+/// output has too few tiles to fill the GPU, then a multiple of `BK`
+/// chosen so that tiles × chunks comes near `TARGET_GROUPS`. A function of
+/// the shape alone, so that both backends add in the same order.
+pub fn split_chunk(m: usize, n: usize, k: usize) -> usize {
+    let tiles = m.div_ceil(TILE) * n.div_ceil(TILE);
+    let splits = TARGET_GROUPS.div_ceil(tiles.max(1)).min(k / MIN_CHUNK);
+    if splits < 2 {
+        return k;
+    }
+    k.div_ceil(splits).next_multiple_of(BK)
 }
 
 fn tr(t: bool) -> &'static str {
@@ -101,6 +154,9 @@ fn tr(t: bool) -> &'static str {
 
 /// Output rows and columns of a workgroup (matmul.wgsl).
 pub const TILE: usize = 64;
+
+/// The step along `k` a workgroup stages in its memory (matmul.wgsl).
+pub const BK: usize = 16;
 
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -112,7 +168,37 @@ pub struct MatMulParams {
     pub a_k: u32,
     pub b_k: u32,
     pub b_col: u32,
-    pub pad: u32,
+    /// The chunk of `k` a workgroup sums (`split_chunk`).
+    pub chunk: u32,
 }
 
-pub const MATMUL_FIELDS: &[&str] = &["m", "n", "k", "a_row", "a_k", "b_k", "b_col", "pad"];
+pub const MATMUL_FIELDS: &[&str] = &["m", "n", "k", "a_row", "a_k", "b_k", "b_col", "chunk"];
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct SplitSumParams {
+    /// `m · n`.
+    pub len: u32,
+    pub splits: u32,
+    pub pad: [u32; 2],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_k_with_few_tiles_is_split_into_whole_steps() {
+        // A weight gradient: 64 × 128 output, k the batch of 256.
+        assert_eq!(split_chunk(64, 128, 256), 64);
+        // k not a multiple of the chunk: the last chunk is shorter.
+        let c = split_chunk(9, 7, 333);
+        assert!(
+            c.is_multiple_of(BK) && c < 333 && !333usize.is_multiple_of(c),
+            "{c}"
+        );
+        // Short k, or enough tiles: one sum.
+        assert_eq!(split_chunk(9, 7, 100), 100);
+        assert_eq!(split_chunk(1024, 1024, 4096), 4096);
+    }
+}

@@ -499,14 +499,36 @@ pub fn gpu_lstm(s: &Shapes) -> Vec<Dispatch> {
     let (t, b, h) = dims("lstm", 4, &s.ins[0], &s.ins[1]).expect("checked");
     let binds = vec![
         Bind::In(0),
-        Bind::In(1),
+        Bind::Scratch,
         Bind::In(2),
         Bind::In(3),
         Bind::Out(0),
         Bind::Out(1),
         Bind::Out(2),
     ];
-    step_dispatches("LSTM", t, b, h, binds, 0..t)
+    let mut d = vec![transpose_recurrent(4 * h, h)];
+    d.extend(step_dispatches("LSTM", t, b, h, binds, 0..t));
+    d
+}
+
+/// `W_hh (rows, H)` transposed into the scratch buffer, read by the
+/// forward steps.
+fn transpose_recurrent(rows: usize, h: usize) -> Dispatch {
+    let p = RnnParams {
+        steps: rows as u32,
+        batch: 0,
+        hidden: h as u32,
+        t: 0,
+    };
+    Dispatch {
+        scratch: rows * h,
+        ..Dispatch::new(
+            Kernel::new("rnn", &["TRANSPOSE"]),
+            bytemuck::bytes_of(&p),
+            vec![Bind::In(1), Bind::Scratch],
+            groups_1d(rows * h, 64),
+        )
+    }
 }
 
 pub fn gpu_lstm_grad(s: &Shapes) -> Vec<Dispatch> {
@@ -528,13 +550,15 @@ pub fn gpu_gru(s: &Shapes) -> Vec<Dispatch> {
     let (t, b, h) = dims("gru", 3, &s.ins[0], &s.ins[1]).expect("checked");
     let binds = vec![
         Bind::In(0),
-        Bind::In(1),
+        Bind::Scratch,
         Bind::In(2),
         Bind::In(3),
         Bind::Out(0),
         Bind::Out(1),
     ];
-    step_dispatches("GRU", t, b, h, binds, 0..t)
+    let mut d = vec![transpose_recurrent(3 * h, h)];
+    d.extend(step_dispatches("GRU", t, b, h, binds, 0..t));
+    d
 }
 
 pub fn gpu_gru_grad(s: &Shapes) -> Vec<Dispatch> {

@@ -6,7 +6,7 @@
 
 use smelt_nn::graph::{Graph, Value};
 use smelt_nn::ops::optim::Adam;
-use smelt_nn::ops::{Conv2d, Pool2d};
+use smelt_nn::ops::{Bcast, Conv2d, Pool2d};
 use smelt_nn::vars::Rng;
 use smelt_nn::{Device, Result};
 
@@ -242,6 +242,54 @@ pub fn cases() -> Vec<Case> {
             vec![("a", vec![70, 33], Normal), ("b", vec![33, 90], Normal)],
             |g, v| g.matmul(v[0], v[1], false, false),
         ),
+        // k = 200 with a 9 × 7 output: summed in chunks of 80, 80 and 40
+        // (`matmul::split_chunk`), A and B both read transposed.
+        case(
+            "matmul_long_k",
+            vec![("a", vec![200, 9], Normal), ("b", vec![7, 200], Normal)],
+            |g, v| g.matmul(v[0], v[1], true, true),
+        ),
+        // A batch of 150: the weight gradient's k is split in two uneven
+        // chunks, the bias gradient is a 32-lane tree over 150 terms.
+        case(
+            "linear_long_batch",
+            vec![
+                ("x", vec![150, 5], Normal),
+                ("w", vec![3, 5], Normal),
+                ("b", vec![3], Normal),
+            ],
+            |g, v| g.linear(v[0], v[1], Some(v[2])),
+        ),
+        // 2440 terms per output in runs of 61: the full 256-lane tree,
+        // lanes of 9 and 10 terms.
+        case(
+            "sum_to_long",
+            vec![("x", vec![40, 2, 61], Normal)],
+            |g, v| {
+                g.sum_to(
+                    v[0],
+                    Bcast {
+                        inner: 61,
+                        count: 2,
+                    },
+                )
+            },
+        ),
+        // 20 terms per output: 4-lane trees, 64 outputs per workgroup, the
+        // last workgroup part-filled.
+        case(
+            "sum_to_many_outputs",
+            vec![("x", vec![20, 300], Normal)],
+            |g, v| {
+                g.sum_to(
+                    v[0],
+                    Bcast {
+                        inner: 1,
+                        count: 300,
+                    },
+                )
+            },
+        ),
         case(
             "lstm",
             vec![
@@ -339,9 +387,7 @@ pub fn build(c: &Case) -> Built {
     let dy = g.placeholder("dy", &out_shape).unwrap();
     let prod = g.mul(out, dy).unwrap();
     let n: usize = g.shape(prod).iter().product();
-    let loss = g
-        .sum_to(prod, smelt_nn::ops::Bcast { inner: n, count: 1 })
-        .unwrap();
+    let loss = g.sum_to(prod, Bcast { inner: n, count: 1 }).unwrap();
     let diff: Vec<bool> = c
         .inputs
         .iter()

@@ -1,32 +1,72 @@
-// SumTo: out[j] = Σ_q (Σ_r x[q·inner·count + j·inner + r]), inner sums in
-// order from zero, each added to the total in order (ops/reduce.rs).
+// SumTo: out[j] = Σ of the terms e < terms, term e being
+// x[(e / inner)·inner·count + j·inner + e % inner], as a fixed tree
+// (ops/reduce.rs): lane t of `lanes` sums the terms e ≡ t (mod lanes) in
+// order of e from zero, then the lanes are halved in workgroup memory,
+// part[t] += part[t + s] for s = lanes/2, …, 1. 256 / lanes outputs per
+// workgroup, its invocations output-major or (outputs_minor) lane-major.
 
 struct SumToParams {
     inner: u32,
     count: u32,
-    outer: u32,
-    pad: u32,
+    terms: u32,
+    lanes: u32,
+    outputs_minor: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: SumToParams;
 @group(0) @binding(1) var<storage, read> x: array<f32>;        // (outer, count, inner)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>; // (count)
 
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let j = flat(gid, nwg, 64u);
-    if (j >= p.count) {
-        return;
+var<workgroup> part: array<f32, 256>;
+
+@compute @workgroup_size(256)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) t: u32,
+) {
+    let group = wid.x + wid.y * nwg.x;
+    let per_group = 256u / p.lanes;
+    // Where lane `lane` of the group's output `o` keeps its sum.
+    var lane = t % p.lanes;
+    var o = t / p.lanes;
+    var lane_step = 1u;
+    if (p.outputs_minor == 1u) {
+        lane = t / per_group;
+        o = t % per_group;
+        lane_step = per_group;
     }
-    let period = p.inner * p.count;
-    var total = 0.0;
-    for (var q = 0u; q < p.outer; q++) {
-        let base = q * period + j * p.inner;
-        var partial = 0.0;
-        for (var r = 0u; r < p.inner; r++) {
-            partial += x[base + r];
+    let j = group * per_group + o;
+    var acc = 0.0;
+    if (j < p.count) {
+        let period = p.inner * p.count;
+        // Term e = lane + i·lanes, walked as (q, r) = (e / inner, e % inner).
+        let dq = p.lanes / p.inner;
+        let dr = p.lanes % p.inner;
+        var q = lane / p.inner;
+        var r = lane % p.inner;
+        for (var e = lane; e < p.terms; e += p.lanes) {
+            acc += x[q * period + j * p.inner + r];
+            q += dq;
+            r += dr;
+            if (r >= p.inner) {
+                r -= p.inner;
+                q += 1u;
+            }
         }
-        total += partial;
     }
-    out[j] = total;
+    part[t] = acc;
+    workgroupBarrier();
+    for (var s = p.lanes / 2u; s > 0u; s /= 2u) {
+        if (lane < s) {
+            part[t] += part[t + s * lane_step];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && j < p.count) {
+        out[j] = part[t];
+    }
 }

@@ -1,7 +1,9 @@
 // LSTM and GRU steps (ops/rnn.rs): one dispatch per time step, one
 // invocation per (batch row b, hidden unit j), each recurrent dot product
-// summed over k in order from zero. Gradients run the steps backwards; the
-// dispatch with t = steps makes dh0.
+// summed over k in order from zero. The forward steps read W_hh transposed
+// (TRANSPOSE writes it once per run), so that neighbouring invocations
+// (neighbouring j) read neighbouring weights. Gradients run the steps
+// backwards; the dispatch with t = steps makes dh0.
 
 struct RnnParams {
     steps: u32,
@@ -14,7 +16,7 @@ struct RnnParams {
 
 #ifdef LSTM
 @group(0) @binding(1) var<storage, read> xp: array<f32>;          // (T, B, 4H)
-@group(0) @binding(2) var<storage, read> w: array<f32>;           // (4H, H)
+@group(0) @binding(2) var<storage, read> wt: array<f32>;          // (H, 4H): W_hh transposed
 @group(0) @binding(3) var<storage, read> h0: array<f32>;          // (B, H)
 @group(0) @binding(4) var<storage, read> c0: array<f32>;          // (B, H)
 @group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
@@ -41,7 +43,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var k = 0u; k < h; k++) {
         let hv = hprev(b, k);
         for (var q = 0u; q < 4u; q++) {
-            dot[q] += hv * w[(q * h + j) * h + k];
+            dot[q] += hv * wt[k * 4u * h + q * h + j];
         }
     }
     let base = (p.t * p.batch + b) * 4u * h + j;
@@ -132,7 +134,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 
 #ifdef GRU
 @group(0) @binding(1) var<storage, read> xp: array<f32>;          // (T, B, 3H)
-@group(0) @binding(2) var<storage, read> w: array<f32>;           // (3H, H)
+@group(0) @binding(2) var<storage, read> wt: array<f32>;          // (H, 3H): W_hh transposed
 @group(0) @binding(3) var<storage, read> bias: array<f32>;        // (3H)
 @group(0) @binding(4) var<storage, read> h0: array<f32>;          // (B, H)
 @group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
@@ -158,7 +160,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var k = 0u; k < h; k++) {
         let hv = hprev(b, k);
         for (var q = 0u; q < 3u; q++) {
-            dot[q] += hv * w[(q * h + j) * h + k];
+            dot[q] += hv * wt[k * 3u * h + q * h + j];
         }
     }
     let x = (p.t * p.batch + b) * 3u * h + j;
@@ -237,6 +239,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     drec[o] = dr;
     drec[o + h] = dz;
     drec[o + 2u * h] = dn * r;
+}
+#endif
+
+#ifdef TRANSPOSE
+// wt[k, r] = w[r, k]: p.steps = w's rows (gates · H), p.hidden = H.
+@group(0) @binding(1) var<storage, read> w: array<f32>;           // (rows, H)
+@group(0) @binding(2) var<storage, read_write> wt: array<f32>;    // (H, rows)
+
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let i = flat(gid, nwg, 64u);
+    let rows = p.steps;
+    if (i >= rows * p.hidden) {
+        return;
+    }
+    let k = i / rows;
+    let r = i % rows;
+    wt[i] = w[r * p.hidden + k];
 }
 #endif
 
