@@ -42,7 +42,12 @@ def forward(weight, embeddings, hp, ids):
         return np.concatenate([x0 * c - x1 * s, x0 * s + x1 * c], axis=-1)
 
     def gelu_tanh(x):
-        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+        # As ggml's CPU defines it (GGML_GELU_FP16): of the input rounded
+        # to f16, rounded to f16; 0 at or below -10, the input at or above 10.
+        h = x.astype(np.float32).astype(np.float16).astype(np.float64)
+        y = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+        y = y.astype(np.float16).astype(np.float64)
+        return np.where(x <= -10, 0.0, np.where(x >= 10, x, y))
 
     x = embeddings[ids].astype(np.float64) * np.sqrt(hp["n_embd"])
     for i in range(hp["n_layer"]):

@@ -217,9 +217,18 @@ fn broken_gemma3_files_are_errors() {
         err.err()
     );
 
-    let err = load_edited(&src, &dir, |m, _| {
+    // Without a window every layer is global, and the logits are capped
+    // where the file says (as llama.cpp runs it); a cap must be positive.
+    let model = load_edited(&src, &dir, |m, _| {
         m.retain(|(k, _)| k != "gemma3.attention.sliding_window");
         set(m, "gemma3.final_logit_softcapping", Value::F32(30.0));
+    })
+    .unwrap();
+    let c = model.config();
+    assert_eq!((c.n_swa, c.final_softcap), (0, Some(30.0)));
+    assert!(c.swa_layers.iter().all(|&s| !s));
+    let err = load_edited(&src, &dir, |m, _| {
+        set(m, "gemma3.final_logit_softcapping", Value::F32(-1.0));
     });
     assert!(
         matches!(&err, Err(ModelError::BadConfig { key, .. }) if key == "gemma3.final_logit_softcapping"),

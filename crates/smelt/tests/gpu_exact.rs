@@ -163,6 +163,7 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
             freq_base: 100000.0,
             freq_scale: 1.0,
             freq_factors: None,
+            attn_factor: 1.0,
         };
         b.rope(x, pos, &rp, out).unwrap();
         out

@@ -98,6 +98,7 @@ fn smollm2_gpu_perplexity_on_apache_2_is_llama_cpps() {
 }
 
 #[test]
+#[ignore = "Gemma 3 over the whole text on lavapipe is over CI's budget; gpu_cli checks one chunk"]
 fn gemma3_gpu_perplexity_on_apache_2_is_llama_cpps() {
     within_one_percent(common::GEMMA3, "gemma/Apache-2.0", 10.1496);
 }

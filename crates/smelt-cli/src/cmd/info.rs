@@ -1,5 +1,6 @@
-//! `smelt info`: what a GGUF file holds: architecture, size, metadata (long
-//! arrays and strings shortened) and tensors by type.
+//! `smelt info`: what a GGUF file holds: architecture, size, the
+//! hyperparameters smelt reads from it, metadata (long arrays and strings
+//! shortened) and tensors by type.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -39,6 +40,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "data:         at offset {}, aligned to {} bytes",
         file.data_offset, file.alignment
     );
+
+    // The hyperparameters as smelt reads them, or why it cannot run them.
+    match smelt::model::Config::from_gguf(&file) {
+        Ok(c) => {
+            println!("\nmodel (as smelt runs it):");
+            for (name, value) in c.describe() {
+                println!("  {name:<18} {value}");
+            }
+        }
+        Err(e) => println!("\nmodel: cannot run it: {e}"),
+    }
 
     println!("\nmetadata ({} keys):", file.metadata.len());
     for (key, value) in file.metadata.iter() {

@@ -46,47 +46,95 @@ impl<'a> View<'a> {
     }
 }
 
+/// B packed once into panels of `NR` columns (`k × NR` each, zero-padded),
+/// so that a product repeated with the same B (a recurrent weight at every
+/// time step) packs it only once.
+pub struct PackedB {
+    k: usize,
+    n: usize,
+    /// `[panels, k, NR]`.
+    panels: Vec<f32>,
+}
+
+impl PackedB {
+    /// Packs `b (k × n)` on one thread.
+    pub fn new(k: usize, n: usize, b: View) -> Self {
+        let mut panels = vec![0f32; k * NR * n.div_ceil(NR)];
+        pack_b(k, n, b, &mut panels, 0..n.div_ceil(NR));
+        PackedB { k, n, panels }
+    }
+
+    /// Packs `b (k × n)` on the pool's threads.
+    fn new_parallel(cx: &mut Cx, k: usize, n: usize, b: View) -> Self {
+        let count = n.div_ceil(NR);
+        let mut panels = vec![0f32; k * NR * count];
+        {
+            let shared = SharedMut::new(&mut panels);
+            cx.pool.for_each(count, 4, &|_, r| {
+                // SAFETY: each panel range is packed by one thread.
+                let dst = unsafe { shared.slice(r.start * k * NR, r.len() * k * NR) };
+                pack_b(k, n, b, dst, r);
+            });
+        }
+        PackedB { k, n, panels }
+    }
+
+    fn panel(&self, jb: usize) -> &[f32] {
+        &self.panels[jb * self.k * NR..][..self.k * NR]
+    }
+}
+
 /// `c (m × n, row-major) = a (m × k) · b (k × n)` on one thread.
 pub fn gemm_serial(m: usize, n: usize, k: usize, a: View, b: View, c: &mut [f32]) {
-    let mut bpack = vec![0f32; k * NR * n.div_ceil(NR)];
-    pack_b(k, n, b, &mut bpack, 0..n.div_ceil(NR));
+    serial_packed(m, a, &PackedB::new(k, n, b), c);
+}
+
+fn serial_packed(m: usize, a: View, b: &PackedB, c: &mut [f32]) {
+    let (n, k) = (b.n, b.k);
     let mut apack = vec![0f32; k * MR];
     for ib in 0..m.div_ceil(MR) {
         pack_a(k, m, a, ib, &mut apack);
         for jb in 0..n.div_ceil(NR) {
-            let tile = tile(k, &apack, &bpack[jb * k * NR..][..k * NR]);
+            let tile = tile(k, &apack, b.panel(jb));
             store(&tile, ib, jb, m, n, |i, j, v| c[i * n + j] = v);
         }
     }
 }
 
-/// The same on the pool's threads, in tiles of `MR` rows × `4·NR` columns.
+/// Whether a product is too small to share out between threads.
+fn serial(cx: &Cx, m: usize, n: usize, k: usize) -> bool {
+    m * n * k < 32 * 1024 || cx.pool.n_threads() == 1
+}
+
+/// `c (m × n, row-major) = a (m × k) · b (k × n)`, on the pool's threads
+/// in tiles of `MR` rows × `4·NR` columns.
 pub fn gemm(cx: &mut Cx, m: usize, n: usize, k: usize, a: View, b: View, c: &mut [f32]) {
-    if m * n * k < 32 * 1024 || cx.pool.n_threads() == 1 {
-        return gemm_serial(m, n, k, a, b, c);
-    }
+    let packed = if serial(cx, m, n, k) {
+        PackedB::new(k, n, b)
+    } else {
+        PackedB::new_parallel(cx, k, n, b)
+    };
+    gemm_packed(cx, m, a, &packed, c);
+}
+
+/// `c (m × n) = a (m × k) · b` with B already packed.
+pub fn gemm_packed(cx: &mut Cx, m: usize, a: View, b: &PackedB, c: &mut [f32]) {
+    let (n, k) = (b.n, b.k);
     let panels = n.div_ceil(NR);
-    let mut bpack = vec![0f32; k * NR * panels];
-    {
-        let shared = SharedMut::new(&mut bpack);
-        cx.pool.for_each(panels, 4, &|_, r| {
-            // SAFETY: each panel range is packed by one thread.
-            let dst = unsafe { shared.slice(r.start * k * NR, r.len() * k * NR) };
-            pack_b(k, n, b, dst, r);
-        });
+    if serial(cx, m, n, k) {
+        return serial_packed(m, a, b, c);
     }
     const GROUP: usize = 4;
     let groups = panels.div_ceil(GROUP);
     let blocks = m.div_ceil(MR);
     let out = SharedMut::new(c);
-    let bpack = &bpack;
     cx.pool.for_each(blocks * groups, 1, &|_, r| {
         let mut apack = vec![0f32; k * MR];
         for t in r {
             let (ib, gi) = (t / groups, t % groups);
             pack_a(k, m, a, ib, &mut apack);
             for jb in gi * GROUP..((gi + 1) * GROUP).min(panels) {
-                let tile = tile(k, &apack, &bpack[jb * k * NR..][..k * NR]);
+                let tile = tile(k, &apack, b.panel(jb));
                 store(&tile, ib, jb, m, n, |i, j, v| {
                     // SAFETY: each (block, panel) tile's elements are written
                     // by exactly one task.

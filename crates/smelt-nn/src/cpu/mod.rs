@@ -4,6 +4,7 @@
 
 pub mod gemm;
 pub mod map;
+pub mod vmath;
 
 use std::ops::Range;
 

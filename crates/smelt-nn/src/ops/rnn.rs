@@ -18,7 +18,8 @@
 //! (`SeqShift`).
 
 use crate::cpu::Cx;
-use crate::cpu::gemm::{View, gemm};
+use crate::cpu::gemm::{PackedB, View, gemm_packed};
+use crate::cpu::vmath;
 use crate::error::{NnError, Result, shape_err};
 use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
 use crate::graph::{Graph, Shape, Value};
@@ -182,38 +183,58 @@ pub fn backward_shift(_: &mut Graph, _: &Backward) -> Result<Vec<Option<Value>>>
 
 // ---- CPU ----
 
+/// `W[G·H, H]ᵀ` packed for `h[B, H] · Wᵀ`, once per sequence.
+fn pack_forward(w: &[f32], gh: usize, hd: usize) -> PackedB {
+    PackedB::new(hd, gh, View::new(w, gh, hd, true))
+}
+
+/// `W[G·H, H]` packed for `d[B, G·H] · W`, once per sequence.
+fn pack_backward(w: &[f32], gh: usize, hd: usize) -> PackedB {
+    PackedB::new(gh, hd, View::new(w, hd, gh, false))
+}
+
 /// `out[B, G·H] = h[B, H] · W[G·H, H]ᵀ`.
-fn recurrent(cx: &mut Cx, h: &[f32], w: &[f32], b: usize, gh: usize, hd: usize, out: &mut [f32]) {
-    gemm(
-        cx,
-        b,
-        gh,
-        hd,
-        View::new(h, hd, b, false),
-        View::new(w, gh, hd, true),
-        out,
-    );
+fn recurrent(cx: &mut Cx, h: &[f32], w: &PackedB, b: usize, hd: usize, out: &mut [f32]) {
+    gemm_packed(cx, b, View::new(h, hd, b, false), w, out);
 }
 
 /// `out[B, H] = d[B, G·H] · W[G·H, H]`.
-fn back_recurrent(
-    cx: &mut Cx,
-    d: &[f32],
-    w: &[f32],
-    b: usize,
-    gh: usize,
-    hd: usize,
-    out: &mut [f32],
-) {
-    gemm(
-        cx,
-        b,
-        hd,
-        gh,
-        View::new(d, gh, b, false),
-        View::new(w, hd, gh, false),
-        out,
-    );
+fn back_recurrent(cx: &mut Cx, d: &[f32], w: &PackedB, b: usize, gh: usize, out: &mut [f32]) {
+    gemm_packed(cx, b, View::new(d, gh, b, false), w, out);
+}
+
+/// One LSTM step's rows (`pre` `[B, 4H]` in, activated gates out).
+struct LstmStep<'a> {
+    gates: &'a mut [f32],
+    cprev: &'a [f32],
+    c: &'a mut [f32],
+    h: &'a mut [f32],
+}
+
+/// Activates the gates of each row in place (σ, σ, tanh, σ over runs of
+/// `H`), then `c = f·c₋₁ + i·g`, `h = o·tanh(c)`.
+fn lstm_step(st: LstmStep, hd: usize) {
+    let rows = st
+        .gates
+        .chunks_exact_mut(4 * hd)
+        .zip(st.cprev.chunks_exact(hd))
+        .zip(st.c.chunks_exact_mut(hd).zip(st.h.chunks_exact_mut(hd)));
+    for ((g, cprev), (c, h)) in rows {
+        vmath::sigmoid(&mut g[..2 * hd]);
+        vmath::tanh(&mut g[2 * hd..3 * hd]);
+        vmath::sigmoid(&mut g[3 * hd..]);
+        let (i, rest) = g.split_at(hd);
+        let (f, rest) = rest.split_at(hd);
+        let (gg, o) = rest.split_at(hd);
+        for j in 0..hd {
+            c[j] = f[j] * cprev[j] + i[j] * gg[j];
+        }
+        h.copy_from_slice(c);
+        vmath::tanh(h);
+        for j in 0..hd {
+            h[j] *= o[j];
+        }
+    }
 }
 
 pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
@@ -222,39 +243,66 @@ pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
     let [hs, cs, gates] = &mut io.outs[..] else {
         unreachable!()
     };
-    let mut rec = vec![0f32; b * 4 * h];
+    let w = pack_forward(w, 4 * h, h);
+    let (bh, bg) = (b * h, b * 4 * h);
     for s in 0..t {
-        {
-            let hprev = if s == 0 {
-                h0
-            } else {
-                &hs[(s - 1) * b * h..][..b * h]
-            };
-            recurrent(cx, hprev, w, b, 4 * h, h, &mut rec);
+        let (hs_done, hs_now) = hs.split_at_mut(s * bh);
+        let (cs_done, cs_now) = cs.split_at_mut(s * bh);
+        let hprev = if s == 0 { h0 } else { &hs_done[(s - 1) * bh..] };
+        let cprev = if s == 0 { c0 } else { &cs_done[(s - 1) * bh..] };
+        let pre = &mut gates[s * bg..][..bg];
+        // pre = xp + h₋₁ · W_hhᵀ
+        recurrent(cx, hprev, &w, b, h, pre);
+        for (p, &x) in pre.iter_mut().zip(&xp[s * bg..][..bg]) {
+            *p += x;
         }
-        for bi in 0..b {
-            for j in 0..h {
-                let at = |q: usize| (s * b + bi) * 4 * h + q * h + j;
-                let pre = |q: usize| xp[at(q)] + rec[bi * 4 * h + q * h + j];
-                let (i, f, gg, o) = (
-                    sigmoid(pre(0)),
-                    sigmoid(pre(1)),
-                    pre(2).tanh(),
-                    sigmoid(pre(3)),
-                );
-                let cprev = if s == 0 {
-                    c0[bi * h + j]
-                } else {
-                    cs[((s - 1) * b + bi) * h + j]
-                };
-                let c = f * cprev + i * gg;
-                cs[(s * b + bi) * h + j] = c;
-                hs[(s * b + bi) * h + j] = o * c.tanh();
-                gates[at(0)] = i;
-                gates[at(1)] = f;
-                gates[at(2)] = gg;
-                gates[at(3)] = o;
-            }
+        let step = LstmStep {
+            gates: pre,
+            cprev,
+            c: &mut cs_now[..bh],
+            h: &mut hs_now[..bh],
+        };
+        lstm_step(step, h);
+    }
+}
+
+/// One backward step's rows: `dh` `[B, H]` (the output's gradient plus the
+/// next step's recurrent one), `dc` `[B, H]` carried in and out.
+struct LstmGradStep<'a> {
+    gates: &'a [f32],
+    c: &'a [f32],
+    cprev: &'a [f32],
+    dh: &'a [f32],
+    dc: &'a mut [f32],
+    dpre: &'a mut [f32],
+    /// `[H]` scratch.
+    tanh_c: &'a mut [f32],
+}
+
+fn lstm_grad_step(st: LstmGradStep, hd: usize) {
+    let rows = st
+        .gates
+        .chunks_exact(4 * hd)
+        .zip(st.dpre.chunks_exact_mut(4 * hd))
+        .zip(st.c.chunks_exact(hd).zip(st.cprev.chunks_exact(hd)))
+        .zip(st.dh.chunks_exact(hd).zip(st.dc.chunks_exact_mut(hd)));
+    for (((g, dp), (c, cprev)), (dh, dc)) in rows {
+        let tc = &mut *st.tanh_c;
+        tc.copy_from_slice(c);
+        vmath::tanh(tc);
+        let (i, rest) = g.split_at(hd);
+        let (f, rest) = rest.split_at(hd);
+        let (gg, o) = rest.split_at(hd);
+        let (di, rest) = dp.split_at_mut(hd);
+        let (df, rest) = rest.split_at_mut(hd);
+        let (dg, d_o) = rest.split_at_mut(hd);
+        for j in 0..hd {
+            let dct = dc[j] + dh[j] * o[j] * (1.0 - tc[j] * tc[j]);
+            dc[j] = dct * f[j];
+            di[j] = dct * gg[j] * (i[j] * (1.0 - i[j]));
+            df[j] = dct * cprev[j] * (f[j] * (1.0 - f[j]));
+            dg[j] = dct * i[j] * (1.0 - gg[j] * gg[j]);
+            d_o[j] = dh[j] * tc[j] * (o[j] * (1.0 - o[j]));
         }
     }
 }
@@ -265,47 +313,37 @@ pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
     let [dxp, dh0, dc0] = &mut io.outs[..] else {
         unreachable!()
     };
-    let mut dh_rec = vec![0f32; b * h];
+    let w = pack_backward(w, 4 * h, h);
+    let (bh, bg) = (b * h, b * 4 * h);
+    let mut dh = vec![0f32; bh];
+    let mut tanh_c = vec![0f32; h];
     dc0.fill(0.0);
     for s in (0..t).rev() {
+        let (dxp_now, dxp_next) = dxp.split_at_mut((s + 1) * bg);
         if s + 1 < t {
-            back_recurrent(
-                cx,
-                &dxp[(s + 1) * b * 4 * h..][..b * 4 * h],
-                w,
-                b,
-                4 * h,
-                h,
-                &mut dh_rec,
-            );
-        }
-        for bi in 0..b {
-            for j in 0..h {
-                let at = |q: usize| (s * b + bi) * 4 * h + q * h + j;
-                let (i, f, gg, o) = (gates[at(0)], gates[at(1)], gates[at(2)], gates[at(3)]);
-                let dh = if s + 1 < t {
-                    dhs[(s * b + bi) * h + j] + dh_rec[bi * h + j]
-                } else {
-                    dhs[(s * b + bi) * h + j]
-                };
-                let c = cs[(s * b + bi) * h + j];
-                let cprev = if s == 0 {
-                    c0[bi * h + j]
-                } else {
-                    cs[((s - 1) * b + bi) * h + j]
-                };
-                let tc = c.tanh();
-                let d_o = dh * tc;
-                let dc = dc0[bi * h + j] + dh * o * (1.0 - tc * tc);
-                dc0[bi * h + j] = dc * f;
-                dxp[at(0)] = dc * gg * (i * (1.0 - i));
-                dxp[at(1)] = dc * cprev * (f * (1.0 - f));
-                dxp[at(2)] = dc * i * (1.0 - gg * gg);
-                dxp[at(3)] = d_o * (o * (1.0 - o));
+            back_recurrent(cx, &dxp_next[..bg], &w, b, 4 * h, &mut dh);
+            for (d, &o) in dh.iter_mut().zip(&dhs[s * bh..][..bh]) {
+                *d += o;
             }
+        } else {
+            dh.copy_from_slice(&dhs[s * bh..][..bh]);
         }
+        let step = LstmGradStep {
+            gates: &gates[s * bg..][..bg],
+            c: &cs[s * bh..][..bh],
+            cprev: if s == 0 {
+                c0
+            } else {
+                &cs[(s - 1) * bh..][..bh]
+            },
+            dh: &dh,
+            dc: dc0,
+            dpre: &mut dxp_now[s * bg..],
+            tanh_c: &mut tanh_c,
+        };
+        lstm_grad_step(step, h);
     }
-    back_recurrent(cx, &dxp[..b * 4 * h], w, b, 4 * h, h, dh0);
+    back_recurrent(cx, &dxp[..bg], &w, b, 4 * h, dh0);
 }
 
 pub fn cpu_gru(cx: &mut Cx, io: &mut Io) {
@@ -314,6 +352,7 @@ pub fn cpu_gru(cx: &mut Cx, io: &mut Io) {
     let [hs, acts] = &mut io.outs[..] else {
         unreachable!()
     };
+    let w = pack_forward(w, 3 * h, h);
     let mut rec = vec![0f32; b * 3 * h];
     for s in 0..t {
         {
@@ -322,7 +361,7 @@ pub fn cpu_gru(cx: &mut Cx, io: &mut Io) {
             } else {
                 &hs[(s - 1) * b * h..][..b * h]
             };
-            recurrent(cx, hprev, w, b, 3 * h, h, &mut rec);
+            recurrent(cx, hprev, &w, b, h, &mut rec);
         }
         for bi in 0..b {
             for j in 0..h {
@@ -355,6 +394,7 @@ pub fn cpu_gru_grad(cx: &mut Cx, io: &mut Io) {
     let [dxp, drec, dh0] = &mut io.outs[..] else {
         unreachable!()
     };
+    let w = pack_backward(w, 3 * h, h);
     let mut dh_rec = vec![0f32; b * h];
     // dh0 holds each step's dh for the next (earlier) step's direct term.
     dh0.fill(0.0);
@@ -363,10 +403,9 @@ pub fn cpu_gru_grad(cx: &mut Cx, io: &mut Io) {
             back_recurrent(
                 cx,
                 &drec[(s + 1) * b * 3 * h..][..b * 3 * h],
-                w,
+                &w,
                 b,
                 3 * h,
-                h,
                 &mut dh_rec,
             );
         }
@@ -399,7 +438,7 @@ pub fn cpu_gru_grad(cx: &mut Cx, io: &mut Io) {
             }
         }
     }
-    back_recurrent(cx, &drec[..b * 3 * h], w, b, 3 * h, h, &mut dh_rec);
+    back_recurrent(cx, &drec[..b * 3 * h], &w, b, 3 * h, &mut dh_rec);
     let z0 = |bi: usize, j: usize| acts[bi * 4 * h + h + j];
     for bi in 0..b {
         for j in 0..h {

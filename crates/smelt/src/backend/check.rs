@@ -6,7 +6,7 @@
 //! Checks that need the data (an id past the table, a position past the
 //! context) are the executing backend's job.
 
-use super::{AttentionParams, BackendError, Op, Result, RopeParams, Tensor};
+use super::{AttentionParams, BackendError, MoeParams, Op, Result, RopeParams, Tensor};
 use crate::quant::GgmlType;
 
 fn shape(op: Op, detail: String) -> BackendError {
@@ -297,4 +297,93 @@ pub fn copy(src: Tensor, dst: Tensor) -> Result<()> {
     dtype(op, "dst", dst, &types)?;
     same_shape(op, "src and dst", src, dst)?;
     distinct(op, "src and dst", src, dst)
+}
+
+/// `softcap`: `out` may be `x`; the cap is a positive number.
+pub fn softcap(x: Tensor, cap: f32, out: Tensor) -> Result<()> {
+    let op = Op::Softcap;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    same_shape(op, "x and out", x, out)?;
+    if !(cap.is_finite() && cap > 0.0) {
+        return Err(shape(op, format!("a cap of {cap}")));
+    }
+    Ok(())
+}
+
+/// `topk_moe`: logits `n × n_expert`; ids (I32) and weights `n × k`.
+pub fn topk_moe(logits: Tensor, p: &MoeParams, ids: Tensor, weights: Tensor) -> Result<()> {
+    let op = Op::TopKMoe;
+    f32(op, "logits", logits)?;
+    dtype(op, "ids", ids, &[GgmlType::I32])?;
+    f32(op, "weights", weights)?;
+    if p.k == 0 || p.k > logits.cols {
+        return Err(shape(op, format!("{} of {} experts", p.k, logits.cols)));
+    }
+    for (what, t) in [("ids", ids), ("weights", weights)] {
+        if (t.rows, t.cols) != (logits.rows, p.k) {
+            return Err(shape(
+                op,
+                format!(
+                    "{what} {}x{} for {} rows of {} experts",
+                    t.rows, t.cols, logits.rows, p.k
+                ),
+            ));
+        }
+    }
+    distinct(op, "logits and weights", logits, weights)
+}
+
+/// `matmul_id`: `w` `(n_expert·m) × k`, ids (I32) `n × K`, `x` `n × k` or
+/// `(n·K) × k`, `out` `(n·K) × m`. Returns `n_expert`.
+pub fn matmul_id(w: Tensor, x: Tensor, ids: Tensor, out: Tensor) -> Result<usize> {
+    let op = Op::MatMulId;
+    f32(op, "x", x)?;
+    f32(op, "out", out)?;
+    dtype(op, "ids", ids, &[GgmlType::I32])?;
+    distinct(op, "x and out", x, out)?;
+    let (n, k_used) = (ids.rows, ids.cols);
+    let m = out.cols;
+    if m == 0 || !w.rows.is_multiple_of(m) || w.cols != x.cols {
+        return Err(shape(
+            op,
+            format!(
+                "experts {}x{} of {m} rows each, x of {} columns",
+                w.rows, w.cols, x.cols
+            ),
+        ));
+    }
+    if out.rows != n * k_used || (x.rows != n && x.rows != n * k_used) {
+        return Err(shape(
+            op,
+            format!(
+                "x {}x{} and out {}x{} for {n} rows of {k_used} experts",
+                x.rows, x.cols, out.rows, out.cols
+            ),
+        ));
+    }
+    Ok(w.rows / m)
+}
+
+/// `moe_sum`: experts `(n·K) × E`, weights `n × K`, out `n × E`.
+pub fn moe_sum(experts: Tensor, weights: Tensor, out: Tensor) -> Result<()> {
+    let op = Op::MoeSum;
+    f32(op, "experts", experts)?;
+    f32(op, "weights", weights)?;
+    f32(op, "out", out)?;
+    distinct(op, "experts and out", experts, out)?;
+    distinct(op, "weights and out", weights, out)?;
+    if out.rows != weights.rows
+        || experts.rows != weights.rows * weights.cols
+        || experts.cols != out.cols
+    {
+        return Err(shape(
+            op,
+            format!(
+                "experts {}x{} and weights {}x{} into {}x{}",
+                experts.rows, experts.cols, weights.rows, weights.cols, out.rows, out.cols
+            ),
+        ));
+    }
+    Ok(())
 }

@@ -90,6 +90,10 @@ pub enum Op {
     Softmax,
     Argmax,
     Copy,
+    Softcap,
+    TopKMoe,
+    MatMulId,
+    MoeSum,
 }
 
 /// How RoPE pairs up the values of a head.
@@ -111,9 +115,12 @@ pub struct RopeParams {
     pub freq_base: f32,
     /// Linear position scaling: positions are multiplied by this.
     pub freq_scale: f32,
-    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1), an F32
-    /// tensor of `n_dims / 2` values.
+    /// Per-pair frequency divisors (`rope_freqs.weight`, Llama 3.1; Phi-3's
+    /// LongRoPE factors), an F32 tensor of `n_dims / 2` values.
     pub freq_factors: Option<Tensor>,
+    /// Multiplies the cosines and sines (ggml's `attn_factor`: LongRoPE's
+    /// magnitude correction, `rope.scaling.attn_factor`); 1 for plain RoPE.
+    pub attn_factor: f32,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -145,6 +152,24 @@ impl AttentionParams {
             softcap: None,
         }
     }
+}
+
+/// How [`Backend::topk_moe`] turns router logits into expert weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MoeGating {
+    /// Softmax over every expert, then the top k (Qwen 3 MoE, Mixtral).
+    Softmax,
+    /// The top k logits, then a softmax over those (gpt-oss).
+    SoftmaxWeight,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MoeParams {
+    /// Experts each token uses.
+    pub k: usize,
+    pub gating: MoeGating,
+    /// Divide the chosen weights by their sum (`expert_weights_norm`).
+    pub normalize: bool,
 }
 
 /// What a backend is and can do.
@@ -370,6 +395,56 @@ pub trait Backend: Send {
     /// Copies `src` into `dst` of the same shape, converting between F32 and
     /// F16.
     fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()>;
+
+    // ---- optional ops: `supports` says whether a backend has them ----
+
+    /// `out = cap · tanh(x / cap)` (Gemma 2's final-logit soft-capping).
+    /// `out` may be `x`.
+    fn softcap(&mut self, x: Tensor, cap: f32, out: Tensor) -> Result<()> {
+        let _ = (x, cap, out);
+        Err(self.unsupported(Op::Softcap, GgmlType::F32))
+    }
+
+    /// Mixture-of-experts routing: from router `logits` (`n × n_expert`),
+    /// each row's `p.k` experts, best first, into `ids` (I32, `n × k`), and
+    /// their weights into `weights` (`n × k`), as [`MoeParams`] says.
+    fn topk_moe(
+        &mut self,
+        logits: Tensor,
+        p: &MoeParams,
+        ids: Tensor,
+        weights: Tensor,
+    ) -> Result<()> {
+        let _ = (logits, p, ids, weights);
+        Err(self.unsupported(Op::TopKMoe, GgmlType::F32))
+    }
+
+    /// Per-expert matmuls (ggml's `mul_mat_id`): `w` stacks the experts'
+    /// `m × k` weights, `(n_expert·m) × k`; `ids` (I32, `n × K`) names each
+    /// row's experts. `out` row `t·K + j` is `x_row · w[ids[t, j]]ᵀ`, where
+    /// `x_row` is row `t` of `x` when `x` has `n` rows (every expert reads
+    /// the token) or row `t·K + j` when it has `n·K`. `out` is `(n·K) × m`.
+    fn matmul_id(&mut self, w: Tensor, x: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        let _ = (x, ids, out);
+        Err(self.unsupported(Op::MatMulId, w.dtype))
+    }
+
+    /// `out[t] = Σ_j weights[t, j] · experts[t·K + j]`, in order of `j`:
+    /// the experts' outputs (`(n·K) × E`) combined by their weights (`n ×
+    /// K`) into `out` (`n × E`).
+    fn moe_sum(&mut self, experts: Tensor, weights: Tensor, out: Tensor) -> Result<()> {
+        let _ = (experts, weights, out);
+        Err(self.unsupported(Op::MoeSum, GgmlType::F32))
+    }
+
+    /// The error for an op this backend does not have.
+    fn unsupported(&self, op: Op, dtype: GgmlType) -> BackendError {
+        BackendError::Unsupported {
+            backend: self.name(),
+            op,
+            dtype,
+        }
+    }
 }
 
 /// Weight bytes in GGUF layout, borrowed from the model's memory map without

@@ -224,6 +224,18 @@ impl TensorBytes {
     }
 }
 
+impl TensorBytes {
+    /// Bytes `range` of these, sharing their owner (no copy); `None` past
+    /// the end.
+    pub fn slice(&self, range: Range<usize>) -> Option<TensorBytes> {
+        let len = self.range.len();
+        (range.start <= range.end && range.end <= len).then(|| Self {
+            owner: Arc::clone(&self.owner),
+            range: self.range.start + range.start..self.range.start + range.end,
+        })
+    }
+}
+
 impl Deref for TensorBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

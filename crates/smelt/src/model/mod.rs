@@ -10,19 +10,21 @@
 //! batching). A batch of any length is run in chunks of `n_batch` rows; only
 //! the rows that ask for logits go through the output projection.
 
+mod archs;
+pub mod blocks;
 pub mod config;
-pub mod gemma3;
+pub mod decoder;
 pub mod kv_cache;
-pub mod llama;
+pub mod loader;
 pub mod output;
 
 use std::time::{Duration, Instant};
 
-use crate::backend::{Backend, BackendError, BackendExt};
+use crate::backend::{Backend, BackendError, BackendExt, Op};
 use crate::gguf::{GgufError, GgufFile};
 use crate::quant::GgmlType;
 use crate::server;
-pub use config::{Arch, Config, SUPPORTED_ARCHS};
+pub use config::{ARCHS, Arch, Config};
 use kv_cache::KvCache;
 
 #[derive(Debug, thiserror::Error)]
@@ -57,15 +59,10 @@ pub enum ModelError {
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;
 
-enum Weights {
-    Llama(llama::Weights),
-    Gemma3(gemma3::Weights),
-}
-
 /// A model's config and weights, loaded into a backend.
 pub struct Model {
     config: Config,
-    weights: Weights,
+    weights: decoder::Weights,
     backend: Box<dyn Backend>,
     /// Parameters and bytes of the file's tensors (llama-bench's "params"
     /// and "size").
@@ -84,17 +81,28 @@ impl Model {
         let config = Config::from_gguf(file)?;
         let n_bytes: u64 = file.tensors.iter().map(|t| t.size).sum();
         let n_params: u64 = file.tensors.iter().map(|t| t.n_elements()).sum();
-        let mut loader = llama::Loader {
+        for (op, needed) in [
+            (Op::Softcap, config.final_softcap.is_some()),
+            (Op::TopKMoe, config.moe.is_some()),
+            (Op::MoeSum, config.moe.is_some()),
+        ] {
+            if needed && !backend.supports(op, GgmlType::F32) {
+                return Err(BackendError::Unsupported {
+                    backend: backend.name(),
+                    op,
+                    dtype: GgmlType::F32,
+                }
+                .into());
+            }
+        }
+        let mut loader = loader::Loader {
             file,
             backend: backend.as_mut(),
             progress,
             done: 0,
             total: n_bytes,
         };
-        let weights = match config.arch {
-            Arch::Llama => Weights::Llama(llama::Weights::load(&config, &mut loader)?),
-            Arch::Gemma3 => Weights::Gemma3(gemma3::Weights::load(&config, &mut loader)?),
-        };
+        let weights = decoder::Weights::load(&config, &mut loader)?;
         Ok(Model {
             config,
             weights,
@@ -221,7 +229,7 @@ pub struct Session {
     params: SessionParams,
     n_ctx: usize,
     cache: KvCache,
-    act: llama::Activations,
+    act: decoder::Activations,
     /// Host staging, reused: per-chunk indices and all outputs' logits.
     staging: [Vec<i32>; 5],
     logits: Vec<f32>,
@@ -260,7 +268,7 @@ impl Session {
             params.n_slots,
             params.kv_type,
         )?;
-        let act = llama::Activations::new(&c, b, params.n_batch, params.n_outputs)?;
+        let act = decoder::Activations::new(&c, b, params.n_batch, params.n_outputs)?;
         Ok(Session {
             model,
             host: HostTimes::default(),
@@ -428,10 +436,7 @@ impl Session {
         b.write_i32(a.kv_rows, kv_rows)?;
         b.write_i32(a.out_ids, out_ids)?;
         let c = &self.model.config;
-        match &self.model.weights {
-            Weights::Llama(w) => llama::forward(b, c, w, &self.cache, a, n, n_out)?,
-            Weights::Gemma3(w) => gemma3::forward(b, c, w, &self.cache, a, n, n_out)?,
-        }
+        decoder::forward(b, c, &self.model.weights, &self.cache, a, n, n_out)?;
         let recorded = Instant::now();
         if n_out > 0 {
             let vocab = self.model.config.n_vocab;

@@ -50,6 +50,33 @@ fn compare(tol: f64, what: &str, op: impl Fn(&mut dyn Backend) -> Tensor) {
     assert!(e <= tol, "{what}: nmse {e:e} > {tol:e}");
 }
 
+/// [`compare`] on the fast backend of each instruction set this CPU has
+/// (the better ones forced off), in the fast and the exact mode.
+fn compare_each(tol: f64, what: &str, op: impl Fn(&mut dyn Backend) -> Tensor) {
+    use smelt::backend::cpu::{CpuOptions, Isa};
+    let want = {
+        let mut r = CpuBackend::reference();
+        let out = op(&mut r);
+        r.read_f32(out).unwrap()
+    };
+    for isa in Isa::available() {
+        for exact in [false, true] {
+            let options = CpuOptions {
+                threads: 3,
+                exact,
+                isa,
+            };
+            let mut f = CpuBackend::with_options(&options).unwrap();
+            let out = op(&mut f);
+            let e = nmse(&f.read_f32(out).unwrap(), &want);
+            assert!(
+                e <= tol,
+                "{what} {isa:?} exact {exact}: nmse {e:e} > {tol:e}"
+            );
+        }
+    }
+}
+
 fn weight(b: &mut dyn Backend, dtype: GgmlType, m: usize, k: usize, v: &[f32]) -> Tensor {
     let bytes = match dtype {
         GgmlType::F32 => bytemuck::cast_slice(v).to_vec(),
@@ -81,6 +108,116 @@ fn matmul_sweep() {
     }
 }
 
+/// `m` rows of `k` random `dtype` values: random bytes with the blocks'
+/// f16 scales (and minimums) set to small finite values.
+fn quantized(rng: &mut StdRng, dtype: GgmlType, m: usize, k: usize) -> Vec<u8> {
+    use GgmlType::*;
+    let size = dtype.type_size();
+    let mut w: Vec<u8> = (0..m * k / dtype.block_size() * size)
+        .map(|_| rng.r#gen())
+        .collect();
+    // Where each type keeps its f16 scale (and minimum).
+    let at: &[usize] = match dtype {
+        Q4_1 | Q5_1 | Q4_K | Q5_K => &[0, 2],
+        Q2_K => &[80, 82],
+        Q3_K => &[108],
+        Q6_K => &[208],
+        _ => &[0],
+    };
+    for blk in w.chunks_exact_mut(size) {
+        for &a in at {
+            let v = rng.gen_range(-0.02f32..0.02);
+            blk[a..a + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+        }
+    }
+    w
+}
+
+/// Every quantized weight type the fast backend rounds activations for
+/// (Q8 blocks for the 32-value types, Q8_K for the K-quants), decode and
+/// prefill, in both orders (the exact mode's ggml order and the fast
+/// GEMMs), on each instruction set this CPU has with the better ones
+/// forced off, against the reference's f32 dot products: odd row counts
+/// (not whole tiles or groups of 8), 1 to 6 blocks or 1 to 3
+/// super-blocks (and 5 of either), 1 to 70 activation rows.
+///
+/// Each output is held to the bound the activations' 8-bit rounding
+/// allows: `Σ |w|·(amax/254 + |x|/1000)` over its products (half a step of
+/// the block's scale, and the f16 rounding of Q8's scale), plus 1e-5 of
+/// `Σ |w·x|` for the f32 sums. A wrong value, scale or block breaks it.
+#[test]
+fn quantized_matmul_sweep() {
+    use GgmlType::*;
+    use smelt::backend::cpu::{CpuOptions, Isa};
+    let mut rng = StdRng::seed_from_u64(14);
+    let types = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K];
+    for dtype in types {
+        // The activations are rounded in blocks as long as the weights'.
+        let block = dtype.block_size();
+        for &(m, blocks) in &[(1, 1), (17, 3), (37, 2), (9, 5)] {
+            let k = blocks * block.max(64);
+            for &n in &[1, 2, 3, 5, 17, 70] {
+                let wv = quantized(&mut rng, dtype, m, k);
+                let xv = random(&mut rng, n * k);
+                let mut wf = vec![0f32; m * k];
+                let rb = dtype.row_bytes(k).unwrap();
+                for (row, out) in wv.chunks_exact(rb).zip(wf.chunks_exact_mut(k)) {
+                    smelt::quant::dequantize_row(dtype, row, out).unwrap();
+                }
+                let bound: Vec<f64> = (0..n * m)
+                    .map(|o| {
+                        let (x, w) = (&xv[o / m * k..][..k], &wf[o % m * k..][..k]);
+                        let mut b = 0f64;
+                        for (xb, wb) in x.chunks_exact(block).zip(w.chunks_exact(block)) {
+                            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+                            for (&xv, &wv) in xb.iter().zip(wb) {
+                                let (xv, wv) = (f64::from(xv), f64::from(wv));
+                                b += wv.abs() * (f64::from(amax) / 254.0 + xv.abs() / 1000.0);
+                                b += 1e-5 * (wv * xv).abs();
+                            }
+                        }
+                        b
+                    })
+                    .collect();
+                let op = |b: &mut dyn Backend| {
+                    let w = b
+                        .load_weight("w", dtype, m, k, TensorBytes::from_vec(wv.clone()))
+                        .unwrap();
+                    let x = f32s(b, n, k, &xv);
+                    let out = b.alloc(GgmlType::F32, n, m).unwrap();
+                    poison(b, out);
+                    b.matmul(w, x, out).unwrap();
+                    out
+                };
+                let want = {
+                    let mut r = CpuBackend::reference();
+                    let out = op(&mut r);
+                    r.read_f32(out).unwrap()
+                };
+                for isa in Isa::available() {
+                    for exact in [false, true] {
+                        let options = CpuOptions {
+                            threads: 3,
+                            exact,
+                            isa,
+                        };
+                        let mut f = CpuBackend::with_options(&options).unwrap();
+                        let out = op(&mut f);
+                        let got = f.read_f32(out).unwrap();
+                        for (o, ((&g, &w), &b)) in got.iter().zip(&want).zip(&bound).enumerate() {
+                            let err = (f64::from(g) - f64::from(w)).abs();
+                            assert!(
+                                err <= b,
+                                "matmul {dtype} m{m} k{k} n{n} {isa:?} exact {exact}: output {o} = {g}, want {w} (bound {b:e})"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn attention_sweep() {
     let mut rng = StdRng::seed_from_u64(11);
@@ -90,8 +227,11 @@ fn attention_sweep() {
         (9, 3, 64, 70, 1, 33),
         (8, 1, 12, 19, 3, 17),
         // Enough rows for work items of more than 16 rows, which mix the
-        // sequences and positions.
+        // sequences and positions; from 64 rows the fast mode tiles.
         (8, 2, 32, 300, 2, 260),
+        (4, 1, 256, 200, 1, 100),
+        (6, 3, 40, 150, 2, 70),
+        (9, 3, 64, 90, 1, 64),
     ];
     for &(hq, hk, hd, ctx, slots, n) in &cases {
         let rows = ctx * slots;
@@ -122,7 +262,7 @@ fn attention_sweep() {
                     GgmlType::F16 => 1e-6,
                     _ => 1e-11,
                 };
-                compare(
+                compare_each(
                     tol,
                     &format!("attention {dtype} {hq}/{hk}x{hd} ctx{ctx} n{n}"),
                     |b| {
@@ -173,11 +313,47 @@ fn rope_sweep() {
                             freq_base: 100000.0,
                             freq_scale: 0.25,
                             freq_factors: with_ff.then(|| f32s(b, 1, n_dims / 2, &ff)),
+                            // LongRoPE's factors come with a magnitude.
+                            attn_factor: if with_ff { 1.19 } else { 1.0 },
                         };
                         b.rope(x, pos, &p, x).unwrap();
                         x
                     },
                 );
+            }
+        }
+    }
+}
+
+/// Per-expert matmuls: every (token, expert) row of the fast backend's
+/// gathered matmuls against the reference's one row at a time, with the
+/// token's row shared by its experts or one row each, over expert stacks
+/// whose rows do and do not fill the gathered tiles.
+#[test]
+fn matmul_id_sweep() {
+    let mut rng = StdRng::seed_from_u64(14);
+    for dtype in [GgmlType::F32, GgmlType::F16] {
+        for &(x_count, m, k, k_used) in &[(4, 3, 8, 2), (8, 17, 64, 3), (3, 64, 96, 1)] {
+            for &n in &[1, 5, 33] {
+                let wv = random(&mut rng, x_count * m * k);
+                let idv: Vec<i32> = (0..n * k_used)
+                    .map(|_| rng.gen_range(0..x_count as i32))
+                    .collect();
+                for per_slot in [false, true] {
+                    let rows = if per_slot { n * k_used } else { n };
+                    let xv = random(&mut rng, rows * k);
+                    let what =
+                        format!("matmul_id {dtype} {x_count}x{m}x{k} n{n} K{k_used} {per_slot}");
+                    compare(1e-11, &what, |b| {
+                        let w = weight(b, dtype, x_count * m, k, &wv);
+                        let x = f32s(b, rows, k, &xv);
+                        let ids = i32s(b, &idv).reshape(n, k_used);
+                        let out = b.alloc(GgmlType::F32, n * k_used, m).unwrap();
+                        poison(b, out);
+                        b.matmul_id(w, x, ids, out).unwrap();
+                        out
+                    });
+                }
             }
         }
     }
@@ -210,7 +386,9 @@ fn rowwise_sweep() {
             out
         });
         for gelu in [false, true] {
-            compare(1e-12, "glu", |b| {
+            // The fast GELU rounds its input and output to f16, as ggml's.
+            let tol = if gelu { 1e-6 } else { 1e-12 };
+            compare(tol, "glu", |b| {
                 let (g, u, out) = (f32s(b, n, c, &big), f32s(b, n, c, &bv), new(b));
                 if gelu {
                     b.gelu_mul(g, u, out).unwrap();

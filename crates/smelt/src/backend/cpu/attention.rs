@@ -7,12 +7,14 @@
 //! is extended rather than widened again: widening once per row made a
 //! 512-token prompt convert its cache 512 times per layer.
 //!
-//! The arithmetic is ggml's CPU flash attention, rounding for rounding: an
-//! online softmax in position order, and with an F16 cache the query
-//! rounded to f16 and the value accumulator kept in f16. That loses a little
-//! precision against the reference op (the tests bound it), and buys
-//! llama.cpp's numbers: a small quantized model's greedy choices depend on
-//! them (see `q8`).
+//! The arithmetic is ggml's CPU flash attention for batches under 64 rows,
+//! rounding for rounding: an online softmax in position order, and with an
+//! F16 cache the query rounded to f16 and the value accumulator kept in
+//! f16. That loses a little precision against the reference op (the tests
+//! bound it), and buys llama.cpp's numbers: a small quantized model's
+//! greedy choices depend on them (see `q8`). From 64 rows llama.cpp tiles
+//! its attention in f32, and so does the fast mode here
+//! ([`super::attention_tiled`]); the exact mode keeps the one-row order.
 //!
 //! Legend: `n` query rows, `hd` head dim, `s` span (visible positions).
 
@@ -21,6 +23,7 @@ use std::sync::Mutex;
 
 use half::slice::HalfFloatSliceExt;
 
+use super::attention_tiled::{self as tiled, MIN_ROWS, Run};
 use super::pool::{SharedMut, ThreadPool};
 use super::reference::{Rows, attention_span};
 use super::simd::{Isa, LANES, Madd, multiversion};
@@ -45,10 +48,12 @@ fn row_block(rows: usize, n_kv: usize, threads: usize) -> usize {
 
 /// Attention of `q` (`n × (H·hd)`) over the caches into `out`; `spans` is
 /// scratch for the validated `(base row, first, last)` of each query row.
+/// `exact` keeps ggml's one-row order for every batch.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     pool: &mut ThreadPool,
     isa: Isa,
+    exact: bool,
     scratch: &[Mutex<super::matmul::Scratch>],
     spans: &mut Vec<(usize, usize, usize)>,
     q: &[f32],
@@ -71,6 +76,7 @@ pub fn attention(
         v,
         spans,
         p,
+        tiled: !exact && spans.len() >= MIN_ROWS,
         out: SharedMut::new(out),
     };
     let n_kv = p.n_kv_heads;
@@ -95,6 +101,8 @@ struct Job<'a> {
     v: Rows<'a>,
     spans: &'a [(usize, usize, usize)],
     p: &'a AttentionParams,
+    /// Whether items take [`tiled`]'s f32 tiles.
+    tiled: bool,
     /// `n × (H·hd)`; each item writes its row's heads of its group.
     out: SharedMut<f32>,
 }
@@ -114,6 +122,9 @@ fn widen(src: Rows, at: usize, dst: &mut [f32]) {
 
 #[inline(always)]
 fn item_generic<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) {
+    if job.tiled {
+        return tiled_item::<M>(job, rows, kv_head, buf);
+    }
     let p = job.p;
     let hd = p.head_dim;
     let kv_cols = p.n_kv_heads * hd;
@@ -155,6 +166,64 @@ fn item_generic<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mu
             acc,
             work,
         );
+    }
+}
+
+/// An item in [`tiled`]'s f32 tiles: its rows in runs of one cache base
+/// (one sequence), each run's keys and values widened once for the union
+/// of its rows' spans.
+#[inline(always)]
+fn tiled_item<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) {
+    let p = job.p;
+    let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
+    let kv_cols = p.n_kv_heads * hd;
+    let q_cols = p.n_heads * hd;
+    let mut start = rows.start;
+    while start < rows.end {
+        let base = job.spans[start].0;
+        let end = (start..rows.end)
+            .find(|&r| job.spans[r].0 != base)
+            .unwrap_or(rows.end);
+        let spans = &job.spans[start..end];
+        let first0 = spans.iter().map(|s| s.1).min().unwrap_or(0);
+        let s = spans.iter().map(|s| s.2 + 1).max().unwrap_or(0) - first0;
+        let need = 2 * s * hd + tiled::scratch_len(hd);
+        if buf.len() < need {
+            buf.resize(need, 0.0);
+        }
+        let (keys, rest) = buf.split_at_mut(s * hd);
+        let (vals, work) = rest.split_at_mut(s * hd);
+        for j in 0..s {
+            let at = (base + first0 + j) * kv_cols + kv_head * hd;
+            widen(job.k, at, &mut keys[j * hd..(j + 1) * hd]);
+            widen(job.v, at, &mut vals[j * hd..(j + 1) * hd]);
+        }
+        // The rows' spans as positions of the widened keys (an item has at
+        // most `ROW_BLOCK`'s end rows).
+        let mut rel = [(0usize, 0usize); *ROW_BLOCK.end()];
+        for (r, &(_, f, l)) in rel.iter_mut().zip(spans) {
+            *r = (f - first0, l - first0);
+        }
+        let run = Run {
+            q: job.q,
+            q_cols,
+            rows: start..end,
+            spans: &rel[..spans.len()],
+            heads: kv_head * group..(kv_head + 1) * group,
+            hd,
+            keys,
+            vals,
+            scale: p.softcap.map_or(p.scale, |cap| p.scale / cap),
+            softcap: p.softcap,
+        };
+        tiled::run::<M>(&run, work, &mut |row, head, vals| {
+            // SAFETY: row `row`, head `head` belongs to this item alone (one
+            // of its query rows and one of its KV head's query heads), and
+            // `out` outlives the pool job.
+            let o = unsafe { job.out.slice(row * q_cols + head * hd, hd) };
+            o.copy_from_slice(vals);
+        });
+        start = end;
     }
 }
 

@@ -9,9 +9,11 @@ use std::sync::Mutex;
 
 use half::slice::HalfFloatSliceExt;
 
-use super::matmul::Acts;
+use super::kdot;
+use super::matmul::Inputs;
 use super::pool::{SharedMut, ThreadPool};
 use super::q8::{self, Q8Acts};
+use super::q8k::{Q8KActs, QK_K};
 use super::reference::{self, Rows, RowsMut, checked_index};
 use super::simd::{self, Isa, Madd, multiversion};
 use super::{attention, matmul};
@@ -30,23 +32,26 @@ pub struct Fast {
     exact: bool,
     /// One per thread, grown on first use and kept.
     scratch: Vec<Mutex<matmul::Scratch>>,
-    /// The current matmul's activations in Q8 blocks.
+    /// The current matmul's activations in Q8 blocks (legacy types).
     q8: Q8Acts,
+    /// ... and in Q8_K blocks (K-quants).
+    q8k: Q8KActs,
     spans: Vec<(usize, usize, usize)>,
     /// RoPE's (cos, sin) per row and pair.
     rope_table: Vec<f32>,
 }
 
 impl Fast {
-    pub fn new(n_threads: usize, exact: bool) -> std::io::Result<Self> {
+    pub fn new(n_threads: usize, exact: bool, isa: Isa) -> std::io::Result<Self> {
         let pool = ThreadPool::new(n_threads)?;
         let scratch = (0..pool.n_threads()).map(|_| Mutex::default()).collect();
         Ok(Self {
             pool,
-            isa: Isa::detect(),
+            isa,
             exact,
             scratch,
             q8: Q8Acts::default(),
+            q8k: Q8KActs::default(),
             spans: Vec::new(),
             rope_table: Vec::new(),
         })
@@ -64,35 +69,61 @@ impl Fast {
         x: &[f32],
         out: &mut [f32],
     ) -> Result<()> {
-        let n = x.len() / k.max(1);
-        let acts = if q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8) {
-            self.q8.quantize(self.isa, x);
-            Acts::Q8(&self.q8)
-        } else {
-            Acts::F32(x)
-        };
-        matmul::matmul(
-            &mut self.pool,
-            self.isa,
-            self.exact,
-            &self.scratch,
-            w,
-            dtype,
-            k,
-            n,
-            acts,
-            out,
-        )
-        .map_err(|e| reference::quant_error(Op::MatMul, e))
+        self.matmuls(&[(w, dtype)], k, x, &mut [out])
     }
 
-    /// Whether [`Fast::matmuls`] takes weights of `dtype` with rows of `k`.
+    /// Per-expert matmuls (`Backend::matmul_id`): the rows routed to each
+    /// expert gathered, one matmul per expert that has any, and scattered
+    /// back, as ggml's `mul_mat_id` does.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul_id(
+        &mut self,
+        w: &[u8],
+        dtype: GgmlType,
+        k: usize,
+        n_expert: usize,
+        x: &[f32],
+        ids: &[i32],
+        k_used: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let expert_bytes = w.len() / n_expert.max(1);
+        let m = out.len() / ids.len().max(1);
+        let shared = x.len() / k.max(1) != ids.len();
+        let mut routed: Vec<Vec<usize>> = vec![Vec::new(); n_expert];
+        for (r, &id) in ids.iter().enumerate() {
+            routed[checked_index("expert id", id, n_expert)?].push(r);
+        }
+        let (mut xs, mut os) = (Vec::new(), Vec::new());
+        for (e, rows) in routed.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
+            xs.clear();
+            for &r in rows {
+                let xr = if shared { r / k_used } else { r };
+                xs.extend_from_slice(&x[xr * k..(xr + 1) * k]);
+            }
+            os.resize(rows.len() * m, 0.0);
+            self.matmul(
+                &w[e * expert_bytes..(e + 1) * expert_bytes],
+                dtype,
+                k,
+                &xs,
+                &mut os,
+            )?;
+            for (&r, o) in rows.iter().zip(os.chunks_exact(m)) {
+                out[r * m..(r + 1) * m].copy_from_slice(o);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`Fast::matmuls`] shares one job among weights of `dtype`
+    /// with rows of `k` (the quantized paths; F32 and F16 run apart).
     pub fn shares_matmuls(dtype: GgmlType, k: usize) -> bool {
-        q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8)
+        takes_q8(dtype, k) || takes_q8k(dtype, k)
     }
 
-    /// `outs[i] = x · ws[i]ᵀ` with `x` quantized once and one pool job, for
-    /// weights [`Fast::shares_matmuls`] takes.
+    /// `outs[i] = x · ws[i]ᵀ` in one pool job, with `x` rounded once to
+    /// each kind of blocks the weights' types take.
     pub fn matmuls(
         &mut self,
         ws: &[(&[u8], GgmlType)],
@@ -101,7 +132,19 @@ impl Fast {
         outs: &mut [&mut [f32]],
     ) -> Result<()> {
         let n = x.len() / k.max(1);
-        self.q8.quantize(self.isa, x);
+        let q8 = ws.iter().any(|&(_, t)| takes_q8(t, k));
+        let q8k = ws.iter().any(|&(_, t)| takes_q8k(t, k));
+        if q8 {
+            self.q8.quantize(self.isa, x);
+        }
+        if q8k {
+            self.q8k.quantize(self.isa, x);
+        }
+        let inputs = Inputs {
+            f32: x,
+            q8: q8.then_some(&self.q8),
+            q8k: q8k.then_some(&self.q8k),
+        };
         matmul::matmuls(
             &mut self.pool,
             self.isa,
@@ -110,7 +153,7 @@ impl Fast {
             ws,
             k,
             n,
-            Acts::Q8(&self.q8),
+            inputs,
             outs,
         )
         .map_err(|e| reference::quant_error(Op::MatMul, e))
@@ -131,6 +174,7 @@ impl Fast {
         attention::attention(
             &mut self.pool,
             self.isa,
+            self.exact,
             &self.scratch,
             &mut self.spans,
             q,
@@ -196,7 +240,7 @@ impl Fast {
             let mut theta = ps as f32;
             for d in 0..half {
                 let t = p.freq_scale * factors.map_or(theta, |f| theta / f[d]);
-                table.extend([t.cos(), t.sin()]);
+                table.extend([t.cos() * p.attn_factor, t.sin() * p.attn_factor]);
                 theta *= theta_scale;
             }
         }
@@ -282,6 +326,16 @@ impl Fast {
     }
 }
 
+/// Whether `dtype` weights with rows of `k` take Q8 activations.
+fn takes_q8(dtype: GgmlType, k: usize) -> bool {
+    q8::has_q8_path(dtype) && k.is_multiple_of(q8::QK8)
+}
+
+/// Whether `dtype` weights with rows of `k` take Q8_K activations.
+fn takes_q8k(dtype: GgmlType, k: usize) -> bool {
+    kdot::has_path(dtype) && k.is_multiple_of(QK_K)
+}
+
 multiversion! {
     fn rope_kernel(out: &mut [f32], table: &[f32], p: &RopeParams) = rope_generic;
 }
@@ -350,7 +404,7 @@ multiversion! {
 fn glu_generic<M: Madd>(gate: &[f32], up: &[f32], out: &mut [f32], gelu: bool) {
     let it = out.iter_mut().zip(gate).zip(up);
     if gelu {
-        it.for_each(|((o, &g), &u)| *o = simd::gelu::<M>(g) * u);
+        it.for_each(|((o, &g), &u)| *o = simd::gelu(g) * u);
     } else {
         it.for_each(|((o, &g), &u)| *o = simd::silu::<M>(g) * u);
     }

@@ -6,15 +6,20 @@
 //! rectangle in register tiles of `XR` activation rows × `WR` weight rows.
 //! Decode (one activation row) is the same code with one row.
 //!
-//! Three kinds of decoding and tiles:
-//! - Q4_0, Q4_1, Q8_0: activations quantized to 8-bit blocks once per
-//!   matmul and integer dot products, in ggml's order ([`super::q8`]):
-//!   decode (items of 1 or 2 activation rows) reads the GGUF blocks in
-//!   place, prefill unpacks the weight rows to one byte per value.
-//! - Q4_0, Q8_0 prefill on AVX2: the same integer dot products, the weight
-//!   rows unpacked 8 interleaved so that one conversion and one `fma` add a
-//!   block to 8 outputs ([`super::gemm8`]); not ggml's order, so
-//!   `SMELT_CPU_EXACT=1` sends these to the previous kind instead.
+//! The kinds of decoding and tiles:
+//! - the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): activations
+//!   quantized to Q8 blocks once per matmul and integer dot products, in
+//!   ggml's order ([`super::q8`]): decode (items of 1 or 2 activation rows)
+//!   reads the GGUF blocks in place ([`super::q8_decode`]), prefill in the
+//!   exact mode unpacks the weight rows to one byte per value.
+//! - their prefill on AVX2 (but Q4_1's): the same integer dot products,
+//!   the weight rows unpacked 8 interleaved so that one conversion and one
+//!   `fma` add a block to 8 outputs ([`super::gemm8`]); not ggml's order,
+//!   so `SMELT_CPU_EXACT=1` sends these to the previous kind instead.
+//! - the K-quants (Q2_K..Q6_K): activations quantized to Q8_K blocks once
+//!   per matmul; decode, the exact mode and CPUs without AVX2 take ggml's
+//!   dot product of each pair on the blocks in place ([`super::kdot`]),
+//!   prefill on AVX2 the interleaved GEMM of [`super::gemmk`].
 //! - every other type: weights dequantized to f32 (F32 read in place) and
 //!   8-lane f32 dot products. F16, Q4_0, Q4_1, Q8_0 have vectorizable block
 //!   decoders here; other types go through `quant::dequantize_row`.
@@ -28,8 +33,12 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::gemm8::{self, Interleaved};
+use super::gemmk::{self, KInterleaved};
+use super::kdot;
 use super::pool::{SharedMut, ThreadPool};
 use super::q8::{self, Q8Acts, Unpacked};
+use super::q8_decode;
+use super::q8k::{Q8KActs, QK_K};
 use super::simd::{self, Isa, Madd, multiversion};
 use crate::quant::{self, GgmlType, QuantError};
 
@@ -63,6 +72,10 @@ pub struct Scratch {
     pub w: Unpacked,
     /// Weight rows unpacked 8 interleaved (Q4_0, Q8_0 prefill).
     pub i: Interleaved,
+    /// ... and K-quant rows (K-quant prefill).
+    pub k: KInterleaved,
+    /// A group's outputs (interleaved prefill).
+    pub o: Vec<f32>,
 }
 
 /// The activations of a matmul, as its weight type wants them.
@@ -70,12 +83,34 @@ pub struct Scratch {
 pub enum Acts<'a> {
     F32(&'a [f32]),
     Q8(&'a Q8Acts),
+    Q8K(&'a Q8KActs),
+}
+
+/// The activations of matmuls that share them: as they are, and rounded to
+/// the blocks some weight types take (each `None` where none takes it).
+#[derive(Clone, Copy)]
+pub struct Inputs<'a> {
+    pub f32: &'a [f32],
+    pub q8: Option<&'a Q8Acts>,
+    pub q8k: Option<&'a Q8KActs>,
+}
+
+impl<'a> Inputs<'a> {
+    /// What weights of `dtype` take.
+    fn for_type(self, dtype: GgmlType) -> Acts<'a> {
+        match (self.q8, self.q8k) {
+            (Some(x), _) if q8::has_q8_path(dtype) => Acts::Q8(x),
+            (_, Some(x)) if kdot::has_path(dtype) => Acts::Q8K(x),
+            _ => Acts::F32(self.f32),
+        }
+    }
 }
 
 /// `out = x · wᵀ` on the pool, with `x` already quantized when the weight
 /// type takes the Q8 path. `scratch` has one entry per thread. `exact`
 /// keeps Q4_0 and Q8_0 prefill in ggml's order ([`q8::tile`]) instead of
 /// [`gemm8`]'s.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     pool: &mut ThreadPool,
@@ -86,7 +121,7 @@ pub fn matmul(
     dtype: GgmlType,
     k: usize,
     n: usize,
-    acts: Acts,
+    inputs: Inputs,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     matmuls(
@@ -97,7 +132,7 @@ pub fn matmul(
         &[(w, dtype)],
         k,
         n,
-        acts,
+        inputs,
         &mut [out],
     )
 }
@@ -115,7 +150,7 @@ pub fn matmuls(
     ws: &[(&[u8], GgmlType)],
     k: usize,
     n: usize,
-    acts: Acts,
+    inputs: Inputs,
     outs: &mut [&mut [f32]],
 ) -> Result<(), QuantError> {
     let mut jobs = Vec::with_capacity(ws.len());
@@ -140,7 +175,7 @@ pub fn matmuls(
             row_bytes,
             m,
             k,
-            acts,
+            acts: inputs.for_type(dtype),
             exact,
             out: SharedMut::new(out),
         });
@@ -208,7 +243,7 @@ fn item_generic<M: Madd>(
         unsafe { job.out.slice(i * job.m + rows.start + j, vals.len()) }.copy_from_slice(vals);
     };
     match job.acts {
-        Acts::Q8(x) if xrows.len() <= 2 && q8::has_raw_kernel::<M>() => {
+        Acts::Q8(x) if xrows.len() <= 2 && q8_decode::has_raw_kernel::<M>() => {
             // Decode: each weight block is used once or twice, so the
             // kernel reads the GGUF blocks as they are instead of unpacking.
             let nb = k / q8::QK8;
@@ -218,70 +253,54 @@ fn item_generic<M: Madd>(
                     &x.d[i * nb..(i + 1) * nb],
                     &x.s[i * nb..(i + 1) * nb],
                 );
-                let wrow = |j: usize| &src[j * job.row_bytes..(j + 1) * job.row_bytes];
-                let rows_ahead = PREFETCH_BYTES.div_ceil(job.row_bytes).max(WR);
-                let mut j = 0;
-                while j < nw {
-                    // Rows ahead are fetched while these compute: a decode
-                    // waits on memory, not on arithmetic. From the whole
-                    // matrix, so the first rows of the next item (which this
-                    // thread most likely takes too) are on their way.
-                    let ahead = (rows.start + j + rows_ahead) * job.row_bytes;
-                    let end = job.w.len().min(ahead + WR * job.row_bytes);
-                    prefetch::<M>(job.w.get(ahead.min(end)..end));
-                    if nw - j >= WR {
-                        let t = q8::raw_dots::<M, WR>(
-                            job.dtype,
-                            xr,
-                            [wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)],
-                        );
-                        store(i, j, &t);
-                        j += WR;
-                    } else {
-                        let t = q8::raw_dots::<M, 1>(job.dtype, xr, [wrow(j)]);
-                        store(i, j, &t);
-                        j += 1;
-                    }
-                }
+                in_place_rows::<M>(
+                    job,
+                    &rows,
+                    &store,
+                    i,
+                    true,
+                    |ws| q8_decode::raw_dots::<M, WR>(job.dtype, xr, ws),
+                    |w| q8_decode::raw_dots::<M, 1>(job.dtype, xr, w),
+                );
+            }
+        }
+        Acts::Q8K(x) if xrows.len() <= 2 || job.exact || !gemmk::has_kernel::<M>() => {
+            // Decode, and prefill in ggml's order: ggml's dot product of
+            // each pair, on the GGUF blocks in place.
+            let decode = xrows.len() <= 2;
+            for i in xrows {
+                let xr = x.row(i, k);
+                in_place_rows::<M>(
+                    job,
+                    &rows,
+                    &store,
+                    i,
+                    decode,
+                    |ws| kdot::dots::<M, WR>(job.dtype, xr, ws),
+                    |w| kdot::dots::<M, 1>(job.dtype, xr, w),
+                );
+            }
+        }
+        Acts::Q8K(x) => {
+            // Prefill: the item's weight rows unpacked interleaved, and
+            // each group of 8 against all its activation rows (as for the
+            // 32-value types below).
+            buf.k.unpack::<M>(job.dtype, src, k / QK_K);
+            let out = grown(&mut buf.o, xrows.len() * gemmk::ROWS);
+            for g in 0..buf.k.groups {
+                gemmk::group::<M>(&buf.k, g, x, k, xrows.clone(), out);
+                store_group(&store, &xrows, g, nw, out);
             }
         }
         Acts::Q8(x) if gemm8::has_kernel::<M>() && !job.exact && gemm8::has_path(job.dtype) => {
-            // Prefill (Q4_0, Q8_0): the item's weight rows unpacked in
-            // groups of 8, `GP` activation rows at a time against each
-            // group, which then stay in L1 for the item's next group. One
-            // item of 16 × 256 measured ×2.6-2.9 (Q4_0) and ×1.6-1.8 (Q8_0)
-            // against the tiles below; `GP` 3 as fast as 4, 2 and 6 slower
-            // (15-30%), and 2 groups per call slower still.
-            const GP: usize = 4;
-            let nb = k / q8::QK8;
-            buf.i.unpack::<M>(job.dtype, src, nb);
-            let w = &buf.i;
-            let xrow = |i: usize| {
-                (
-                    &x.qs[i * k..(i + 1) * k],
-                    &x.d[i * nb..(i + 1) * nb],
-                    &x.sum8[i * nb..(i + 1) * nb],
-                )
-            };
-            let mut i = xrows.start;
-            while i < xrows.end {
-                let p = (xrows.end - i).min(GP);
-                for g in 0..w.groups {
-                    let (j, cols) = (g * gemm8::ROWS, (nw - g * gemm8::ROWS).min(gemm8::ROWS));
-                    if p == GP {
-                        let xs: [_; GP] = std::array::from_fn(|r| xrow(i + r));
-                        let t = gemm8::rows8::<M, GP>(job.dtype, w, g, xs);
-                        for (r, vals) in t.iter().enumerate() {
-                            store(i + r, j, &vals[..cols]);
-                        }
-                    } else {
-                        for r in 0..p {
-                            let t = gemm8::rows8::<M, 1>(job.dtype, w, g, [xrow(i + r)]);
-                            store(i + r, j, &t[0][..cols]);
-                        }
-                    }
-                }
-                i += p;
+            // Prefill: the item's weight rows unpacked in groups of 8, each
+            // group against all the item's activation rows (4 at a time),
+            // staying in L1 while they pass.
+            buf.i.unpack::<M>(job.dtype, src, k / q8::QK8);
+            let out = grown(&mut buf.o, xrows.len() * gemm8::ROWS);
+            for g in 0..buf.i.groups {
+                gemm8::group::<M>(job.dtype, &buf.i, g, x, k, xrows.clone(), out);
+                store_group(&store, &xrows, g, nw, out);
             }
         }
         Acts::Q8(x) => {
@@ -342,10 +361,84 @@ fn item_generic<M: Madd>(
     Ok(())
 }
 
+/// `v[..len]`, grown first where it is shorter.
+#[inline(always)]
+fn grown(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+    &mut v[..len]
+}
+
+/// Stores a group's outputs (8 per activation row of `xrows`, row after
+/// row in `out`): the weight rows of group `g` that exist among the item's
+/// `nw`.
+#[inline(always)]
+fn store_group(
+    store: &impl Fn(usize, usize, &[f32]),
+    xrows: &Range<usize>,
+    g: usize,
+    nw: usize,
+    out: &[f32],
+) {
+    const ROWS: usize = gemm8::ROWS;
+    let (j, cols) = (g * ROWS, (nw - g * ROWS).min(ROWS));
+    for (i, vals) in xrows.clone().zip(out.chunks_exact(ROWS)) {
+        // A whole group's copy has a constant length: two vector moves,
+        // where a variable one calls `memmove`.
+        if cols == ROWS {
+            store(i, j, &vals[..ROWS]);
+        } else {
+            store(i, j, &vals[..cols]);
+        }
+    }
+}
+
+/// Activation row `i` against the item's weight rows `rows`, read in their
+/// GGUF blocks: `WR` rows at a time by `four`, the rest by `one`, results
+/// stored by `store`. In decode (`prefetch`), rows a little ahead are
+/// fetched while these compute: a decode waits on memory, not on
+/// arithmetic. From the whole matrix, so the first rows of the next item
+/// (which this thread most likely takes too) are on their way.
+#[inline(always)]
+fn in_place_rows<'w, M: Madd>(
+    job: &Job<'w>,
+    rows: &Range<usize>,
+    store: &impl Fn(usize, usize, &[f32]),
+    i: usize,
+    prefetch: bool,
+    four: impl Fn([&'w [u8]; WR]) -> [f32; WR],
+    one: impl Fn([&'w [u8]; 1]) -> [f32; 1],
+) {
+    let rb = job.row_bytes;
+    let wrow = |j: usize| &job.w[(rows.start + j) * rb..(rows.start + j + 1) * rb];
+    let rows_ahead = PREFETCH_BYTES.div_ceil(rb).max(WR);
+    let nw = rows.len();
+    let mut j = 0;
+    while j < nw {
+        if prefetch {
+            let ahead = (rows.start + j + rows_ahead) * rb;
+            let end = job.w.len().min(ahead + WR * rb);
+            prefetch_bytes::<M>(job.w.get(ahead.min(end)..end));
+        }
+        if nw - j >= WR {
+            store(
+                i,
+                j,
+                &four([wrow(j), wrow(j + 1), wrow(j + 2), wrow(j + 3)]),
+            );
+            j += WR;
+        } else {
+            store(i, j, &one([wrow(j)]));
+            j += 1;
+        }
+    }
+}
+
 /// Asks for `bytes` to be brought into cache (a hint; AVX2 entry points
 /// only).
 #[inline(always)]
-fn prefetch<M: Madd>(bytes: Option<&[u8]>) {
+fn prefetch_bytes<M: Madd>(bytes: Option<&[u8]>) {
     #[cfg(target_arch = "x86_64")]
     if let (true, Some(b)) = (M::AVX2, bytes) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
@@ -491,7 +584,7 @@ pub fn dequantize_rows(
 mod tests {
     use super::*;
 
-    use crate::backend::cpu::q8::tests::{acts, weights};
+    use crate::backend::cpu::q8::tests::{TYPES, acts, weights};
 
     /// `Σ_b d_w·d_x·isum_b` per output in f64, from the GGUF blocks and
     /// the quantized activations, and per output the sum of the terms'
@@ -511,19 +604,36 @@ mod tests {
             for j in 0..m {
                 for b in 0..nb {
                     let blk = &w[(j * nb + b) * size..][..size];
-                    let dw = f64::from(simd::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]])));
+                    let half = |at: usize| {
+                        f64::from(simd::f16_to_f32(u16::from_le_bytes([blk[at], blk[at + 1]])))
+                    };
+                    // Value t as ggml's integer, from its nibble (and
+                    // fifth bit) at `qs` less `off`.
+                    let nibble = |qs: usize, t: usize| {
+                        let byte = blk[qs + t % 16];
+                        i32::from(if t < 16 { byte & 15 } else { byte >> 4 })
+                    };
+                    let fifth = |qh: usize, t: usize| {
+                        let bits = u32::from_le_bytes(blk[qh..qh + 4].try_into().unwrap());
+                        (bits >> t & 1) as i32 * 16
+                    };
                     let q = |t: usize| -> i32 {
-                        if dtype == GgmlType::Q4_0 {
-                            let byte = blk[2 + t % 16];
-                            i32::from(if t < 16 { byte & 15 } else { byte >> 4 }) - 8
-                        } else {
-                            i32::from(blk[2 + t] as i8)
+                        match dtype {
+                            GgmlType::Q4_0 => nibble(2, t) - 8,
+                            GgmlType::Q4_1 => nibble(4, t),
+                            GgmlType::Q5_0 => nibble(6, t) + fifth(2, t) - 16,
+                            GgmlType::Q5_1 => nibble(8, t) + fifth(4, t),
+                            _ => i32::from(blk[2 + t] as i8),
                         }
                     };
                     let isum: i32 = (0..q8::QK8)
                         .map(|t| q(t) * i32::from(x.qs[i * k + b * q8::QK8 + t]))
                         .sum();
-                    let term = dw * f64::from(x.d[i * nb + b]) * f64::from(isum);
+                    let mut term = half(0) * f64::from(x.d[i * nb + b]) * f64::from(isum);
+                    if matches!(dtype, GgmlType::Q4_1 | GgmlType::Q5_1) {
+                        // The minimum times x's rounded sum, as ggml.
+                        term += half(2) * f64::from(x.s[i * nb + b]);
+                    }
                     want[i * m + j] += term;
                     scale[i * m + j] += term.abs();
                 }
@@ -532,67 +642,85 @@ mod tests {
         (want, scale)
     }
 
-    /// The interleaved GEMM gives every output its exact block sums to
+    /// On each instruction set, decode, the interleaved GEMM and ggml's
+    /// tiles give every output its exact block sums to
     /// within f32 rounding (relative 1e-5 of the terms' magnitudes), on
     /// shapes with partial groups of 8 weight rows, partial items and
     /// partial 4-row steps of activations; so does ggml's order. The
     /// tolerance is tight enough to see one quant off by one.
     #[test]
-    fn gemm8_matches_the_block_sums() {
+    fn q8_matmuls_match_the_block_sums() {
         const TOL: f64 = 1e-5;
         let mut pool = ThreadPool::new(2).unwrap();
         let scratch: Vec<Mutex<Scratch>> = (0..2).map(|_| Mutex::default()).collect();
-        let isa = Isa::detect();
         let mut worst_err = 0f64;
-        for (t, dtype) in [GgmlType::Q4_0, GgmlType::Q8_0].into_iter().enumerate() {
+        for (t, dtype) in TYPES.into_iter().enumerate() {
             for (m, n, k) in [
                 (13, 7, 576),
                 (21, 259, 576),
                 (37, 6, 1536),
                 (8, 263, 1536),
                 (3, 5, 64),
+                (13, 1, 576),
+                (37, 2, 1536),
+                // 5, 3 and 7 blocks (no multiple of 64 or 256 values).
+                (19, 3, 160),
+                (1, 1, 96),
+                (9, 70, 224),
             ] {
                 let seed = 11 * t as u64 + (m * n + k) as u64;
                 let w = weights(dtype, m, k, seed);
-                let mut qa = Q8Acts::default();
-                qa.quantize(isa, &acts(n, k, seed + 1));
-                let (want, scale) = block_sums(dtype, &w, m, k, &qa, n);
-                for exact in [false, true] {
-                    let mut out = vec![f32::NAN; n * m];
-                    matmul(
-                        &mut pool,
-                        isa,
-                        exact,
-                        &scratch,
-                        &w,
-                        dtype,
-                        k,
-                        n,
-                        Acts::Q8(&qa),
-                        &mut out,
-                    )
-                    .unwrap();
-                    for (o, (&got, (&want, &scale))) in
-                        out.iter().zip(want.iter().zip(&scale)).enumerate()
-                    {
-                        let err = (f64::from(got) - want).abs();
-                        worst_err = worst_err.max(err / (TOL * scale));
-                        assert!(
-                            err <= TOL * scale,
-                            "{dtype:?} {m}×{k} · {n} rows, exact {exact}: output {o} = {got}, want {want} (err {err:e}, scale {scale:e})"
-                        );
+                for isa in Isa::available() {
+                    let mut qa = Q8Acts::default();
+                    qa.quantize(isa, &acts(n, k, seed + 1));
+                    let (want, scale) = block_sums(dtype, &w, m, k, &qa, n);
+                    for exact in [false, true] {
+                        let mut out = vec![f32::NAN; n * m];
+                        matmul(
+                            &mut pool,
+                            isa,
+                            exact,
+                            &scratch,
+                            &w,
+                            dtype,
+                            k,
+                            n,
+                            Inputs {
+                                f32: &[],
+                                q8: Some(&qa),
+                                q8k: None,
+                            },
+                            &mut out,
+                        )
+                        .unwrap();
+                        for (o, (&got, (&want, &scale))) in
+                            out.iter().zip(want.iter().zip(&scale)).enumerate()
+                        {
+                            let err = (f64::from(got) - want).abs();
+                            worst_err = worst_err.max(err / (TOL * scale));
+                            assert!(
+                                err <= TOL * scale,
+                                "{dtype:?} {isa:?} {m}×{k} · {n} rows, exact {exact}: output {o} = {got}, want {want} (err {err:e}, scale {scale:e})"
+                            );
+                        }
                     }
+                    // One quant one step off (against an activation quant of
+                    // at least 8) moves an output by more than the tolerance.
+                    let mut w1 = w.clone();
+                    let qs_at = match dtype {
+                        GgmlType::Q4_1 => 4,
+                        GgmlType::Q5_0 => 6,
+                        GgmlType::Q5_1 => 8,
+                        _ => 2,
+                    };
+                    w1[qs_at] ^= 1;
+                    let (moved, _) = block_sums(dtype, &w1, m, k, &qa, n);
+                    let worst = (0..n)
+                        .filter(|&i| qa.qs[i * k].unsigned_abs() >= 8)
+                        .map(|i| (moved[i * m] - want[i * m]).abs() / (TOL * scale[i * m]))
+                        .fold(f64::MAX, f64::min);
+                    assert!(worst > 1.0, "{dtype:?}: tolerance too loose ({worst})");
                 }
-                // One quant one step off (against an activation quant of
-                // at least 8) moves an output by more than the tolerance.
-                let mut w1 = w.clone();
-                w1[2] ^= 1;
-                let (moved, _) = block_sums(dtype, &w1, m, k, &qa, n);
-                let worst = (0..n)
-                    .filter(|&i| qa.qs[i * k].unsigned_abs() >= 8)
-                    .map(|i| (moved[i * m] - want[i * m]).abs() / (TOL * scale[i * m]))
-                    .fold(f64::MAX, f64::min);
-                assert!(worst > 1.0, "{dtype:?}: tolerance too loose ({worst})");
             }
         }
         eprintln!("largest error: {worst_err:.3} of the tolerance");

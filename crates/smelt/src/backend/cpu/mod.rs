@@ -11,22 +11,69 @@
 //! Ops execute at once; there is nothing to record or submit.
 
 mod attention;
+mod attention_tiled;
 mod fast;
 mod gemm8;
+mod gemmk;
+mod kdot;
+mod kdot_avx2;
 mod matmul;
 pub mod pool;
 mod q8;
+mod q8_decode;
+mod q8k;
 pub mod reference;
 mod simd;
 mod store;
 
 use super::{
-    AttentionParams, Backend, BackendError, Caps, Op, Result, RopeParams, Tensor, WeightData, check,
+    AttentionParams, Backend, BackendError, Caps, MoeParams, Op, Result, RopeParams, Tensor,
+    WeightData, check,
 };
 use crate::quant::{self, GgmlType};
 use quant::can_dequantize;
 use reference::{Rows, RowsMut};
+pub use simd::Isa;
 use store::{OutBuf, Store};
+
+/// How the fast backend computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuOptions {
+    /// Threads of the pool, the caller's included.
+    pub threads: usize,
+    /// Every quantized matmul in ggml's order (see [`CpuBackend::new_exact`]).
+    pub exact: bool,
+    /// The kernels' instruction set; one the CPU has.
+    pub isa: Isa,
+}
+
+impl CpuOptions {
+    /// `threads` threads, the fast order and the best instruction set.
+    pub fn best(threads: usize) -> Self {
+        Self {
+            threads,
+            exact: false,
+            isa: Isa::detect(),
+        }
+    }
+
+    /// [`CpuOptions::best`] changed by the environment: `SMELT_CPU_EXACT=1`
+    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`) for that
+    /// instruction set's kernels, to compare them or to test one.
+    pub fn from_env(threads: usize) -> Result<Self> {
+        let mut o = Self::best(threads);
+        o.exact = std::env::var_os("SMELT_CPU_EXACT").is_some_and(|v| v == "1");
+        if let Some(name) = std::env::var_os("SMELT_CPU_ISA") {
+            let name = name.to_string_lossy();
+            o.isa = Isa::from_name(&name).ok_or_else(|| {
+                BackendError::Other(format!(
+                    "SMELT_CPU_ISA={name}: not an instruction set (avx2, baseline)"
+                ))
+            })?;
+        }
+        Ok(o)
+    }
+}
 
 /// The CPU backend.
 pub struct CpuBackend {
@@ -50,23 +97,34 @@ impl CpuBackend {
     }
 
     /// The fast backend on a pool of `n_threads` threads (the caller's
-    /// included). Q4_0 and Q8_0 prefill matmuls take the interleaved GEMM
-    /// (`gemm8`), not ggml's order, unless the environment sets
-    /// `SMELT_CPU_EXACT=1` (then it is [`CpuBackend::new_exact`]).
+    /// included), with the options the environment sets
+    /// ([`CpuOptions::from_env`]): by default quantized prefill matmuls take
+    /// the interleaved GEMMs (`gemm8`, `gemmk`), not ggml's order, and the
+    /// kernels the best instruction set the CPU has.
     pub fn new(n_threads: usize) -> Result<Self> {
-        let exact = std::env::var_os("SMELT_CPU_EXACT").is_some_and(|v| v == "1");
-        Self::with_exact(n_threads, exact)
+        Self::with_options(&CpuOptions::from_env(n_threads)?)
     }
 
     /// The fast backend with every quantized matmul in ggml's order: bit
     /// for bit llama.cpp's CPU numbers and the GPU backend's ggml mode
-    /// (Q4_0 and Q8_0 prefill 1.4-1.7× slower than [`CpuBackend::new`]'s).
+    /// (prefill 1.4-1.7× slower than [`CpuBackend::new`]'s).
     pub fn new_exact(n_threads: usize) -> Result<Self> {
-        Self::with_exact(n_threads, true)
+        Self::with_options(&CpuOptions {
+            exact: true,
+            ..CpuOptions::best(n_threads)
+        })
     }
 
-    fn with_exact(n_threads: usize, exact: bool) -> Result<Self> {
-        let fast = fast::Fast::new(n_threads, exact)
+    /// The fast backend with these options; an instruction set the CPU
+    /// lacks is an error.
+    pub fn with_options(options: &CpuOptions) -> Result<Self> {
+        if !Isa::available().contains(&options.isa) {
+            return Err(BackendError::Other(format!(
+                "this CPU cannot run the {} kernels",
+                options.isa.name()
+            )));
+        }
+        let fast = fast::Fast::new(options.threads, options.exact, options.isa)
             .map_err(|e| BackendError::Other(format!("cannot start CPU threads: {e}")))?;
         Ok(Self {
             fast: Some(fast),
@@ -160,7 +218,9 @@ impl Backend for CpuBackend {
             Op::SetRows | Op::Attention | Op::Copy => {
                 matches!(dtype, GgmlType::F32 | GgmlType::F16)
             }
+            Op::MatMulId => self.supports(Op::MatMul, dtype),
             Op::Argmax => dtype == GgmlType::F32,
+            Op::Softcap | Op::TopKMoe | Op::MoeSum => dtype == GgmlType::F32,
             Op::RmsNorm
             | Op::Rope
             | Op::Add
@@ -405,6 +465,71 @@ impl Backend for CpuBackend {
         check::argmax(x, out)?;
         self.with_out(out, |b, o| {
             reference::argmax(b.store.f32(x)?, x.cols, o.i32(out));
+            Ok(())
+        })
+    }
+
+    fn softcap(&mut self, x: Tensor, cap: f32, out: Tensor) -> Result<()> {
+        check::softcap(x, cap, out)?;
+        self.with_out(out, |b, o| {
+            let src = if x.id == out.id {
+                None
+            } else {
+                Some(b.store.f32(x)?)
+            };
+            reference::softcap(src, cap, o.f32(out));
+            Ok(())
+        })
+    }
+
+    fn topk_moe(
+        &mut self,
+        logits: Tensor,
+        p: &MoeParams,
+        ids: Tensor,
+        weights: Tensor,
+    ) -> Result<()> {
+        check::topk_moe(logits, p, ids, weights)?;
+        let mut id_buf = self.store.take(ids)?;
+        let r = self.with_out(weights, |b, o| {
+            let l = b.store.f32(logits)?;
+            reference::topk_moe(l, logits.cols, p, id_buf.i32(ids), o.f32(weights));
+            Ok(())
+        });
+        self.store.put(id_buf);
+        r
+    }
+
+    fn matmul_id(&mut self, w: Tensor, x: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        let n_expert = check::matmul_id(w, x, ids, out)?;
+        if !self.supports(Op::MatMulId, w.dtype) {
+            return Err(self.unsupported(Op::MatMulId, w.dtype));
+        }
+        self.with_out(out, |b, o| {
+            let (ws, xs, is) = (b.store.bytes(w)?, b.store.f32(x)?, b.store.i32(ids)?);
+            let (k, k_used) = (w.cols, ids.cols);
+            match &mut b.fast {
+                Some(f) => f.matmul_id(ws, w.dtype, k, n_expert, xs, is, k_used, o.f32(out)),
+                None => reference::matmul_id(
+                    ws,
+                    w.dtype,
+                    k,
+                    n_expert,
+                    xs,
+                    is,
+                    k_used,
+                    o.f32(out),
+                    &mut b.row,
+                ),
+            }
+        })
+    }
+
+    fn moe_sum(&mut self, experts: Tensor, weights: Tensor, out: Tensor) -> Result<()> {
+        check::moe_sum(experts, weights, out)?;
+        self.with_out(out, |b, o| {
+            let (e, w) = (b.store.f32(experts)?, b.store.f32(weights)?);
+            reference::moe_sum(e, w, weights.cols, o.f32(out));
             Ok(())
         })
     }

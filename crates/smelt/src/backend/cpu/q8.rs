@@ -2,12 +2,13 @@
 //! rounded to 8-bit blocks once per matmul, integer dot products per
 //! 32-value block, scaled and summed in f32.
 //!
-//! Which matmuls take this order: every Q4_1 one, Q4_0 and Q8_0 decode
-//! (items of at most 2 activation rows), and Q4_0 and Q8_0 prefill where
-//! AVX2 is missing or in the exact mode (`CpuBackend::new_exact`,
-//! `SMELT_CPU_EXACT=1`). Q4_0 and Q8_0 prefill on AVX2 otherwise takes
-//! [`super::gemm8`]: the same activation blocks and integer block sums,
-//! added to each output in another f32 order.
+//! Which matmuls take this order, for the 32-value block types (Q4_0,
+//! Q4_1, Q5_0, Q5_1, Q8_0): decode (items of at most 2 activation rows, on
+//! AVX2 by [`super::q8_decode`] on the blocks in place), every Q4_1 one,
+//! and prefill where AVX2 is missing or in the exact mode
+//! (`CpuBackend::new_exact`, `SMELT_CPU_EXACT=1`). Other prefill on AVX2
+//! takes [`super::gemm8`]: the same activation blocks and integer block
+//! sums, added to each output in another f32 order.
 //!
 //! Why copy ggml's arithmetic rather than dequantize the weights to f32: the
 //! 8-bit rounding of activations moves a small model's log-probabilities by
@@ -37,7 +38,8 @@ pub const QK8: usize = 32;
 
 /// Whether matmuls with `dtype` weights take this path.
 pub fn has_q8_path(dtype: GgmlType) -> bool {
-    matches!(dtype, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0)
+    use GgmlType::*;
+    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
 }
 
 /// Activations quantized to Q8 blocks (ggml's `block_q8_0`/`block_q8_1`,
@@ -120,13 +122,14 @@ impl Q8Acts {
 /// Every kind gives each lane the same integer as `Σ (signed quant)·x`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Kind {
-    /// Q8_0: signed quants; `maddubs` gets their magnitudes and x their
-    /// signs.
+    /// Q8_0, Q5_0 (unpacked as `q − 16`): signed quants; `maddubs` gets
+    /// their magnitudes and x their signs.
     Signed,
     /// Q4_0: nibbles 0..16 kept unsigned; `8·Σx` of each lane is taken off
     /// afterwards, which gives the same integers as `Σ (q − 8)·x`.
     Offset8,
-    /// Q4_1: nibbles 0..16 as they are, plus a minimum per block.
+    /// Q4_1, Q5_1: values 0..16 or 0..32 as they are, plus a minimum per
+    /// block.
     Min,
 }
 
@@ -135,7 +138,7 @@ impl Kind {
     pub fn of(dtype: GgmlType) -> Kind {
         match dtype {
             GgmlType::Q4_0 => Kind::Offset8,
-            GgmlType::Q4_1 => Kind::Min,
+            GgmlType::Q4_1 | GgmlType::Q5_1 => Kind::Min,
             _ => Kind::Signed,
         }
     }
@@ -151,7 +154,8 @@ impl Kind {
 /// scale and minimum (0 for types without one).
 #[derive(Default)]
 pub struct Unpacked {
-    /// Q4_0, Q4_1: nibbles 0..16; Q8_0: the signed quants.
+    /// Q4_0, Q4_1: nibbles 0..16; Q5_1: 0..32; Q5_0: `q − 16`; Q8_0:
+    /// the signed quants.
     pub qs: Vec<i8>,
     pub d: Vec<f32>,
     pub m: Vec<f32>,
@@ -187,6 +191,15 @@ impl Unpacked {
                     self.m[i] = f16_at(blk, 2);
                     nibbles(blk[4..20].try_into().expect("Q4_1 block"), q);
                 }
+                GgmlType::Q5_0 => {
+                    nibbles(blk[6..22].try_into().expect("Q5_0 block"), q);
+                    fifth_bits(&blk[2..6], q, 16);
+                }
+                GgmlType::Q5_1 => {
+                    self.m[i] = f16_at(blk, 2);
+                    nibbles(blk[8..24].try_into().expect("Q5_1 block"), q);
+                    fifth_bits(&blk[4..8], q, 0);
+                }
                 _ => {
                     for (o, &b) in q.iter_mut().zip(&blk[2..34]) {
                         *o = b as i8;
@@ -194,6 +207,16 @@ impl Unpacked {
                 }
             }
         }
+    }
+}
+
+/// Adds Q5's fifth bits (bit `j` of the little-endian `qh`, value `j`)
+/// as 16 to the nibbles, less `off`.
+#[inline(always)]
+fn fifth_bits(qh: &[u8], q: &mut [i8; QK8], off: i8) {
+    let qh = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    for (j, v) in q.iter_mut().enumerate() {
+        *v = *v + ((qh >> j & 1) << 4) as i8 - off;
     }
 }
 
@@ -286,32 +309,6 @@ fn f16_at(b: &[u8], i: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([b[i], b[i + 1]]))
 }
 
-/// Whether [`raw_dots`] has a kernel for this entry point (AVX2 only; the
-/// portable path unpacks).
-#[inline(always)]
-pub fn has_raw_kernel<M: Madd>() -> bool {
-    cfg!(target_arch = "x86_64") && M::AVX2
-}
-
-/// One Q8 activation row against `C` weight rows still in their GGUF
-/// blocks: the same numbers as [`tile`] after [`Unpacked::unpack`].
-/// Only when [`has_raw_kernel`].
-#[inline(always)]
-pub fn raw_dots<M: Madd, const C: usize>(
-    dtype: GgmlType,
-    x: (&[i8], &[f32], &[f32]),
-    ws: [&[u8]; C],
-) -> [f32; C] {
-    #[cfg(target_arch = "x86_64")]
-    if M::AVX2 {
-        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
-        // run after the CPU reported AVX2, FMA and F16C.
-        return unsafe { avx2::raw_dots(dtype, x, ws) };
-    }
-    let _ = (dtype, x, ws);
-    unreachable!("raw_dots without has_raw_kernel")
-}
-
 /// The same tile with AVX2 integer instructions: `maddubs` multiplies
 /// unsigned by signed bytes and adds pairs into i16, `madd` against ones adds
 /// pairs of those into the 8 i32 lanes, exactly [`lanes`]' sums, so the
@@ -323,129 +320,6 @@ mod avx2 {
     use half::f16;
 
     use super::{GgmlType, Kind, LANES, Q8Acts, QK8, Unpacked, WRow, XRow, hsum};
-
-    /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
-    /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
-    /// within i16). Then `madd` against ones sums the pairs into 8 lanes.
-    #[inline(always)]
-    fn lanes(w: __m256i, x: __m256i) -> __m256 {
-        // SAFETY: only called from functions compiled with AVX2.
-        unsafe {
-            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
-        }
-    }
-
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C; `dtype` is Q4_0, Q4_1 or Q8_0.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn raw_dots<const C: usize>(
-        dtype: GgmlType,
-        x: (&[i8], &[f32], &[f32]),
-        ws: [&[u8]; C],
-    ) -> [f32; C] {
-        // One body per type, so the inner loop does not branch on it.
-        match dtype {
-            GgmlType::Q4_0 => raw_dots_of::<C, Q4_0>(x, ws),
-            GgmlType::Q4_1 => raw_dots_of::<C, Q4_1>(x, ws),
-            _ => raw_dots_of::<C, Q8_0>(x, ws),
-        }
-    }
-
-    const Q4_0: u8 = 0;
-    const Q4_1: u8 = 1;
-    const Q8_0: u8 = 2;
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn raw_dots_of<const C: usize, const T: u8>(
-        x: (&[i8], &[f32], &[f32]),
-        ws: [&[u8]; C],
-    ) -> [f32; C] {
-        let bytes = [18, 20, 34][T as usize];
-        let at = [2, 4, 2][T as usize];
-        let nb = x.1.len();
-        assert!(
-            x.0.len() >= nb * QK8
-                && (T != Q4_1 || x.2.len() >= nb)
-                && ws.iter().all(|w| w.len() >= nb * bytes),
-            "rows shorter than their blocks"
-        );
-        let ones = _mm256_set1_epi16(1);
-        let eights = _mm256_set1_epi8(8);
-        let mask = _mm256_set1_epi8(15);
-        // The high 128 bits shift by 4: high nibbles.
-        let shift = _mm256_setr_epi64x(0, 0, 4, 4);
-        let mut acc = [_mm256_setzero_ps(); C];
-        let mut mins = [0f32; C];
-        // Every pointer read below is at block b < nb of a row that holds
-        // nb blocks (asserted above), within the block's bytes; the reads
-        // and loads are unaligned ones.
-        let half = |p: *const u8| {
-            // SAFETY: see above (a block's scale or minimum).
-            let h = unsafe { p.cast::<u16>().read_unaligned() };
-            _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))
-        };
-        for b in 0..nb {
-            // SAFETY: see above.
-            let xv = unsafe { _mm256_loadu_si256(x.0.as_ptr().add(b * QK8).cast()) };
-            // SAFETY: see above.
-            let xd = unsafe { *x.1.get_unchecked(b) };
-            let x8 = _mm256_maddubs_epi16(eights, xv);
-            let blk: [*const u8; C] =
-                std::array::from_fn(|c| unsafe { ws[c].as_ptr().add(b * bytes) });
-            // The C scales times x's: one conversion and one multiply for 4
-            // rows, each lane then broadcast.
-            let dd: [__m256; C] = if C == 4 {
-                // SAFETY: see above (the block's scale).
-                let h = |c: usize| unsafe { blk[c].cast::<i16>().read_unaligned() };
-                let h = _mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0);
-                let d = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd)));
-                std::array::from_fn(|c| _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c as i32)))
-            } else {
-                std::array::from_fn(|c| _mm256_set1_ps(_mm_cvtss_f32(half(blk[c])) * xd))
-            };
-            for c in 0..C {
-                let q = if T == Q8_0 {
-                    // SAFETY: see above (the block's 32 quants).
-                    unsafe { _mm256_loadu_si256(blk[c].add(at).cast()) }
-                } else {
-                    // Low nibbles are values 0..16, high nibbles 16..32.
-                    // SAFETY: see above (the block's 16 bytes of nibbles).
-                    let lo = unsafe { _mm_loadu_si128(blk[c].add(at).cast()) };
-                    _mm256_and_si256(
-                        _mm256_srlv_epi64(_mm256_broadcastsi128_si256(lo), shift),
-                        mask,
-                    )
-                };
-                let l = if T == Q8_0 {
-                    lanes(q, xv)
-                } else {
-                    // Nibbles 0..16 are unsigned as they are: no sign moves;
-                    // Q4_0 takes `8·(x pair)` off each pair instead of 8 off
-                    // each nibble (the same integers, see `Kind::Offset8`).
-                    let mut pairs = _mm256_maddubs_epi16(q, xv);
-                    if T == Q4_0 {
-                        pairs = _mm256_sub_epi16(pairs, x8);
-                    }
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones))
-                };
-                acc[c] = _mm256_fmadd_ps(dd[c], l, acc[c]);
-                if T == Q4_1 {
-                    // SAFETY: see above (x's sum and the block's minimum).
-                    let (s, m) = unsafe { (*x.2.get_unchecked(b), blk[c].add(2)) };
-                    mins[c] = _mm_cvtss_f32(half(m)).mul_add(s, mins[c]);
-                }
-            }
-        }
-        let mut out = [0f32; C];
-        for c in 0..C {
-            let mut v = [0f32; LANES];
-            // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
-            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[c]) };
-            out[c] = hsum(v) + mins[c];
-        }
-        out
-    }
 
     /// [`Unpacked::unpack`] a block at a time: LLVM left the nibble loop
     /// scalar, 6% of a prompt.
@@ -463,7 +337,22 @@ mod avx2 {
             let h = i32::from(u16::from_le_bytes([b[at], b[at + 1]]));
             _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h)))
         };
-        let at = if dtype == GgmlType::Q4_1 { 4 } else { 2 };
+        let (at, qh_at) = match dtype {
+            GgmlType::Q4_1 => (4, 0),
+            GgmlType::Q5_0 => (6, 2),
+            GgmlType::Q5_1 => (8, 4),
+            _ => (2, 0),
+        };
+        let five = matches!(dtype, GgmlType::Q5_0 | GgmlType::Q5_1);
+        // Byte i of the fifth bits' u32 picks byte i / 8, then bit i % 8.
+        let spread = _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let sixteen = _mm256_set1_epi8(16);
         let blocks = src.chunks_exact(bytes).zip(u.qs.chunks_exact_mut(QK8));
         for (i, (blk, q)) in blocks.enumerate() {
             u.d[i] = half(blk, 0);
@@ -473,7 +362,7 @@ mod avx2 {
                 // SAFETY: 32 readable bytes; loadu needs no alignment.
                 unsafe { _mm256_loadu_si256(qs.as_ptr().cast()) }
             } else {
-                if dtype == GgmlType::Q4_1 {
+                if matches!(dtype, GgmlType::Q4_1 | GgmlType::Q5_1) {
                     u.m[i] = half(blk, 2);
                 }
                 let qs: &[u8; 16] = blk[at..at + 16].try_into().expect("a Q4 block");
@@ -481,7 +370,20 @@ mod avx2 {
                 let lo = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
                 // Low nibbles are values 0..16, high nibbles 16..32.
                 let both = _mm256_set_m128i(_mm_srli_epi16(lo, 4), lo);
-                _mm256_and_si256(both, _mm256_set1_epi8(15))
+                let v = _mm256_and_si256(both, _mm256_set1_epi8(15));
+                if five {
+                    let qh = i32::from_le_bytes(blk[qh_at..qh_at + 4].try_into().expect("qh"));
+                    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+                    let v = _mm256_or_si256(v, _mm256_and_si256(set, sixteen));
+                    if dtype == GgmlType::Q5_0 {
+                        _mm256_sub_epi8(v, sixteen)
+                    } else {
+                        v
+                    }
+                } else {
+                    v
+                }
             };
             // SAFETY: `q` is 32 writable bytes; storeu needs no alignment.
             unsafe { _mm256_storeu_si256(q.as_mut_ptr().cast(), v) };

@@ -10,7 +10,9 @@
 
 use half::f16;
 
-use super::super::{AttentionParams, BackendError, Result, RopeMode, RopeParams};
+use super::super::{
+    AttentionParams, BackendError, MoeGating, MoeParams, Result, RopeMode, RopeParams,
+};
 use crate::quant::{self, GgmlType, QuantError};
 
 /// Rows of a KV cache, F32 or F16.
@@ -141,6 +143,10 @@ pub fn rope(
         for head in row.chunks_exact_mut(p.head_dim) {
             for d in 0..half {
                 let (sin, cos) = rope_theta(p, factors, ps, d).sin_cos();
+                let (sin, cos) = (
+                    sin * f64::from(p.attn_factor),
+                    cos * f64::from(p.attn_factor),
+                );
                 let (i0, i1) = match p.mode {
                     RopeMode::Normal => (2 * d, 2 * d + 1),
                     RopeMode::Neox => (d, d + half),
@@ -274,11 +280,21 @@ pub fn silu(x: f32) -> f32 {
     (f64::from(x) / (1.0 + (-f64::from(x)).exp())) as f32
 }
 
-/// GELU, tanh approximation (ggml's `gelu`).
+/// GELU as ggml's CPU defines it (`GGML_GELU_FP16`): the tanh
+/// approximation of the input rounded to f16, rounded to f16; 0 at or
+/// below -10 and the input at or above 10. llama.cpp's Gemma logits follow
+/// this, and so do the fast CPU backend's table and the GPU.
 pub fn gelu(x: f32) -> f32 {
-    let x = f64::from(x);
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let h = f64::from(half::f16::from_f32(x).to_f32());
     let c = (2.0 / std::f64::consts::PI).sqrt();
-    (0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())) as f32
+    let y = 0.5 * h * (1.0 + (c * (h + 0.044715 * h * h * h)).tanh());
+    half::f16::from_f64(y).to_f32()
 }
 
 /// `out = act(gate) * up`.
@@ -325,6 +341,114 @@ pub fn copy(src: Rows, dst: RowsMut) {
                     Rows::F16(s) => s[i],
                     Rows::F32(s) => f16::from_f32(s[i]),
                 };
+            }
+        }
+    }
+}
+
+/// `out = cap · tanh(x / cap)`, rounded as ggml's scale, tanh, scale.
+pub fn softcap(x: Option<&[f32]>, cap: f32, out: &mut [f32]) {
+    let inv = 1.0 / cap;
+    for (i, o) in out.iter_mut().enumerate() {
+        let v = x.map_or(*o, |x| x[i]);
+        *o = (v * inv).tanh() * cap;
+    }
+}
+
+/// ggml's `soft_max` of one row: `exp(x - max)` in f32, summed in f64,
+/// times the f32 reciprocal of the sum.
+fn softmax_ggml(x: &[f32], out: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for (o, &v) in out.iter_mut().zip(x) {
+        *o = (v - max).exp();
+        sum += f64::from(*o);
+    }
+    let inv = (1.0 / sum) as f32;
+    out.iter_mut().for_each(|o| *o *= inv);
+}
+
+/// Mixture-of-experts routing of each row of `logits` (`n × n_expert`):
+/// the `p.k` best experts into `ids` and their weights into `weights`
+/// (`n × k` each), as llama.cpp's `build_moe_ffn` computes them. Ties go to
+/// the lower expert.
+pub fn topk_moe(
+    logits: &[f32],
+    n_expert: usize,
+    p: &MoeParams,
+    ids: &mut [i32],
+    weights: &mut [f32],
+) {
+    let mut probs = vec![0f32; n_expert];
+    let mut order: Vec<usize> = Vec::with_capacity(n_expert);
+    for ((row, id), w) in logits
+        .chunks_exact(n_expert)
+        .zip(ids.chunks_exact_mut(p.k))
+        .zip(weights.chunks_exact_mut(p.k))
+    {
+        // What the experts are ranked by.
+        match p.gating {
+            MoeGating::Softmax => softmax_ggml(row, &mut probs),
+            MoeGating::SoftmaxWeight => probs.copy_from_slice(row),
+        }
+        order.clear();
+        order.extend(0..n_expert);
+        order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+        for (j, &e) in order[..p.k].iter().enumerate() {
+            id[j] = e as i32;
+            w[j] = probs[e];
+        }
+        if p.gating == MoeGating::SoftmaxWeight {
+            let chosen = w.to_vec();
+            softmax_ggml(&chosen, w);
+        }
+        if p.normalize {
+            // ggml's sum_rows (f64, rounded), clamped to f16's smallest
+            // normal against a division by zero.
+            let sum = (w.iter().map(|&v| f64::from(v)).sum::<f64>() as f32).max(6.103_515_6e-5);
+            w.iter_mut().for_each(|v| *v /= sum);
+        }
+    }
+}
+
+/// `out` row `t·K + j` = `x_row · w[ids[t, j]]ᵀ` (see `Backend::matmul_id`):
+/// `w` holds `n_expert` blocks of `m × k`, `x` has `n` or `n·K` rows.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_id(
+    w: &[u8],
+    dtype: GgmlType,
+    k: usize,
+    n_expert: usize,
+    x: &[f32],
+    ids: &[i32],
+    k_used: usize,
+    out: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> Result<()> {
+    let expert_bytes = w.len() / n_expert.max(1);
+    let m = out.len() / ids.len().max(1);
+    let shared = x.len() / k.max(1) != ids.len();
+    for (r, (&id, o)) in ids.iter().zip(out.chunks_exact_mut(m)).enumerate() {
+        let e = checked_index("expert id", id, n_expert)?;
+        let xr = if shared { r / k_used } else { r };
+        let we = &w[e * expert_bytes..(e + 1) * expert_bytes];
+        matmul(we, dtype, k, &x[xr * k..(xr + 1) * k], o, scratch)?;
+    }
+    Ok(())
+}
+
+/// `out[t] = Σ_j weights[t, j] · experts[t·K + j]`, summed in order of `j`
+/// as ggml's chain of adds does.
+pub fn moe_sum(experts: &[f32], weights: &[f32], k_used: usize, out: &mut [f32]) {
+    let e = out.len() / (weights.len() / k_used.max(1)).max(1);
+    for ((o, w), ex) in out
+        .chunks_exact_mut(e)
+        .zip(weights.chunks_exact(k_used))
+        .zip(experts.chunks_exact(e * k_used))
+    {
+        for (j, (&wj, row)) in w.iter().zip(ex.chunks_exact(e)).enumerate() {
+            for (o, &v) in o.iter_mut().zip(row) {
+                *o = if j == 0 { v * wj } else { *o + v * wj };
             }
         }
     }

@@ -21,6 +21,7 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// The best instruction set this CPU has.
     pub fn detect() -> Isa {
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2")
@@ -30,6 +31,31 @@ impl Isa {
             return Isa::Avx2;
         }
         Isa::Baseline
+    }
+
+    /// Every instruction set this CPU can run the kernels of, best first:
+    /// a test runs each, with the better ones forced off.
+    pub fn available() -> Vec<Isa> {
+        let mut all = vec![Isa::Baseline];
+        if Isa::detect() == Isa::Avx2 {
+            all.insert(0, Isa::Avx2);
+        }
+        all
+    }
+
+    /// The name `SMELT_CPU_ISA` takes: `avx2` or `baseline`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Avx2 => "avx2",
+            Isa::Baseline => "baseline",
+        }
+    }
+
+    /// The instruction set of [`Isa::name`] `name`.
+    pub fn from_name(name: &str) -> Option<Isa> {
+        [Isa::Avx2, Isa::Baseline]
+            .into_iter()
+            .find(|i| i.name() == name)
     }
 }
 
@@ -240,13 +266,42 @@ pub fn silu<M: Madd>(x: f32) -> f32 {
     x / (1.0 + exp::<M>(-x))
 }
 
-/// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`,
-/// with `1 + tanh(y) = 2 − 2/(e^{2y} + 1)`.
+/// GELU as ggml's CPU computes it (`GGML_GELU_FP16`): the tanh
+/// approximation `0.5·x·(1 + tanh(√(2/π)·x·(1 + 0.044715·x²)))` of the
+/// input rounded to f16, from a table of f16 results; 0 at or below -10,
+/// the input at or above 10. It rounds by up to 2^-11 of the value each
+/// way; llama.cpp's Gemma logits follow it, not the exact function.
 #[inline(always)]
-pub fn gelu<M: Madd>(x: f32) -> f32 {
+pub fn gelu(x: f32) -> f32 {
+    if x <= -10.0 {
+        0.0
+    } else if x >= 10.0 {
+        x
+    } else {
+        let i = half::f16::from_f32(x).to_bits();
+        f16_to_f32(gelu_table()[usize::from(i)])
+    }
+}
+
+/// `gelu_tanh(x)` in f32 as `x·(1 − 1/(e^{2y} + 1))`, `y = √(2/π)·(x +
+/// 0.044715·x³)`, with fused multiply-adds: the arithmetic the GPU's
+/// `cpu_gelu` repeats bit for bit, so that the table's f16 entries are
+/// the GPU's too (ggml's own table, made with `tanhf`, differs from it by
+/// one f16 step where an f32 value lies within an ulp of a rounding tie).
+pub fn gelu_f32(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // √(2/π)
-    let y = C * M::madd(0.044715 * x * x, x, x);
-    x * (1.0 - 1.0 / (exp::<M>(2.0 * y) + 1.0))
+    let y = C * Fused::madd(0.044715 * x * x, x, x);
+    x * (1.0 - 1.0 / (exp::<Fused>(2.0 * y) + 1.0))
+}
+
+/// f16 GELU of every f16 input, made once.
+fn gelu_table() -> &'static [u16] {
+    static TABLE: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|i| half::f16::from_f32(gelu_f32(f16_to_f32(i))).to_bits())
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -292,9 +347,10 @@ mod tests {
             assert!(
                 (f64::from(silu::<Unfused>(x)) - silu_want).abs() < 1e-6 * (1.0 + silu_want.abs())
             );
-            assert!(
-                (f64::from(gelu::<Unfused>(x)) - gelu_want).abs() < 1e-6 * (1.0 + gelu_want.abs())
-            );
+            // Input and output rounded to f16: each within 2^-11.
+            let tol = 2e-3 * (1.0 + gelu_want.abs());
+            assert!((f64::from(gelu(x)) - gelu_want).abs() < tol, "gelu({x})");
         }
+        assert_eq!((gelu(-10.0), gelu(10.0), gelu(12.5)), (0.0, 10.0, 12.5));
     }
 }

@@ -279,6 +279,9 @@ impl Backend for GpuBackend {
         match op {
             Op::GetRows | Op::MatMul => WEIGHT_TYPES.contains(&dtype),
             Op::SetRows | Op::Attention | Op::Copy => matches!(dtype, F32 | F16),
+            // Not yet kernels here: a model that needs them is refused at
+            // load (`Model::load`).
+            Op::TopKMoe | Op::MatMulId | Op::MoeSum => false,
             _ => dtype == F32,
         }
     }
@@ -441,6 +444,23 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
+        if p.attn_factor != 1.0 {
+            // LongRoPE's magnitude on the cosines and sines is a scale of the
+            // rotated values, which is every value where the whole head
+            // rotates.
+            limit(op, p.n_dims == p.head_dim, || {
+                format!(
+                    "a RoPE attn_factor on {} of {} dims (only whole heads)",
+                    p.n_dims, p.head_dim
+                )
+            })?;
+            let plain = RopeParams {
+                attn_factor: 1.0,
+                ..*p
+            };
+            fusion::rope_paired(self, x, pos, &plain, out)?;
+            return self.scale(out, p.attn_factor, out);
+        }
         // Held back for K's rope to join Q's (the same arithmetic).
         fusion::rope_paired(self, x, pos, p, out)
     }
@@ -503,6 +523,17 @@ impl Backend for GpuBackend {
     fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()> {
         contract::scale(x, out)?;
         self.run(elementwise::dispatch(Elementwise::Scale, x, None, s, out))
+    }
+
+    fn softcap(&mut self, x: Tensor, cap: f32, out: Tensor) -> Result<()> {
+        contract::softcap(x, cap, out)?;
+        self.run(elementwise::dispatch(
+            Elementwise::Softcap,
+            x,
+            None,
+            cap,
+            out,
+        ))
     }
 
     fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {

@@ -1,5 +1,15 @@
 use super::*;
-use crate::backend::cpu::simd::Fused;
+use crate::backend::cpu::q8_decode;
+use crate::backend::cpu::simd::{Avx2Fma, Fused};
+
+/// The types of the Q8 path.
+pub(in crate::backend::cpu) const TYPES: [GgmlType; 5] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+];
 
 /// Deterministic pseudo-random bytes (xorshift).
 pub(in crate::backend::cpu) fn bytes(seed: u64, n: usize) -> Vec<u8> {
@@ -21,7 +31,7 @@ pub(in crate::backend::cpu) fn weights(dtype: GgmlType, m: usize, k: usize, seed
     for (i, blk) in w.chunks_exact_mut(size).enumerate() {
         let d = f16::from_f32(((i % 13) as f32 - 6.0) * 0.003 + 0.0005);
         blk[..2].copy_from_slice(&d.to_le_bytes());
-        if dtype == GgmlType::Q4_1 {
+        if matches!(dtype, GgmlType::Q4_1 | GgmlType::Q5_1) {
             let m = f16::from_f32(((i % 7) as f32 - 3.0) * 0.01);
             blk[2..4].copy_from_slice(&m.to_le_bytes());
         }
@@ -47,10 +57,7 @@ fn avx2_kernels_match_the_portable_tile() {
     }
     let (m, n, k) = (6, 4, 8 * QK8);
     let nb = k / QK8;
-    for (t, dtype) in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0]
-        .into_iter()
-        .enumerate()
-    {
+    for (t, dtype) in TYPES.into_iter().enumerate() {
         let w = weights(dtype, m, k, 7 + t as u64);
         let x = acts(n, k, 99 + t as u64);
         let mut qa = Q8Acts::default();
@@ -122,14 +129,11 @@ fn avx2_kernels_match_the_portable_tile() {
                     }
                 }
                 let raw = |c: usize| &w[c * rb..(c + 1) * rb];
-                // SAFETY: as above.
-                let got = unsafe {
-                    avx2::raw_dots::<4>(
-                        dtype,
-                        xraw(i),
-                        [raw(j), raw(j + 1), raw(j + 2), raw(j + 3)],
-                    )
-                };
+                let got = q8_decode::raw_dots::<Avx2Fma, 4>(
+                    dtype,
+                    xraw(i),
+                    [raw(j), raw(j + 1), raw(j + 2), raw(j + 3)],
+                );
                 let got: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
                 assert_eq!(got, want, "{dtype:?} raw row {i} weights {j}..");
             }

@@ -1,4 +1,5 @@
-//! Elementwise ops (`elementwise.wgsl`): add, mul, scale and the GLUs, and
+//! Elementwise ops (`elementwise.wgsl`): add, mul, scale, softcap and the
+//! GLUs, and
 //! the GLUs fused with what the next matmul reads (its Q8 rounding, or
 //! its f16 blocks).
 
@@ -15,7 +16,7 @@ kernel_params! {
         pub n: u32,
         /// Elements of b (`b[i % b_len]`: a row broadcast over a's rows).
         pub b_len: u32,
-        /// SCALE: the factor.
+        /// SCALE: the factor; SOFTCAP: the cap.
         pub s: f32,
         /// HALF: values per row (a multiple of 32).
         pub cols: u32,
@@ -31,6 +32,8 @@ pub enum Elementwise {
     Add,
     Mul,
     Scale,
+    /// `cap · tanh(a / cap)`.
+    Softcap,
     SiluMul,
     GeluMul,
 }
@@ -63,7 +66,7 @@ impl Family for ElementwiseKernel {
 
     fn all() -> Vec<Self> {
         use Elementwise::*;
-        let mut v: Vec<Self> = [Add, Mul, Scale, SiluMul, GeluMul]
+        let mut v: Vec<Self> = [Add, Mul, Scale, Softcap, SiluMul, GeluMul]
             .into_iter()
             .map(ElementwiseKernel::Elementwise)
             .collect();
@@ -77,7 +80,9 @@ impl Family for ElementwiseKernel {
     fn bindings(self) -> &'static [Binding] {
         // Every binding read_write: out may be a.
         match self {
-            ElementwiseKernel::Elementwise(Elementwise::Scale) => &const { [rw("a"), rw("out")] },
+            ElementwiseKernel::Elementwise(Elementwise::Scale | Elementwise::Softcap) => {
+                &const { [rw("a"), rw("out")] }
+            }
             ElementwiseKernel::Elementwise(_) => &const { [rw("a"), rw("out"), rw("b")] },
             ElementwiseKernel::GluQ8(_) => {
                 &const { [rw("a"), rw("out"), rw("b"), rw("xq"), rw("xd"), rw("xs")] }
@@ -88,13 +93,19 @@ impl Family for ElementwiseKernel {
 
     fn source(self, _f: ShaderFeatures, s: &mut Source) {
         match self {
-            ElementwiseKernel::Elementwise(op) => s.def(match op {
-                Elementwise::Add => "ADD",
-                Elementwise::Mul => "MUL",
-                Elementwise::Scale => "SCALE",
-                Elementwise::SiluMul => "SILU_MUL",
-                Elementwise::GeluMul => "GELU_MUL",
-            }),
+            ElementwiseKernel::Elementwise(op) => {
+                s.def(match op {
+                    Elementwise::Add => "ADD",
+                    Elementwise::Mul => "MUL",
+                    Elementwise::Scale => "SCALE",
+                    Elementwise::Softcap => "SOFTCAP",
+                    Elementwise::SiluMul => "SILU_MUL",
+                    Elementwise::GeluMul => "GELU_MUL",
+                });
+                if matches!(op, Elementwise::Scale | Elementwise::Softcap) {
+                    s.def("ONE_INPUT");
+                }
+            }
             ElementwiseKernel::GluQ8(op) => {
                 s.def(op.glu_define());
                 s.def("Q8");
@@ -108,8 +119,8 @@ impl Family for ElementwiseKernel {
     }
 }
 
-/// `out = op(a, b)` (`b` absent only for Scale, whose factor is `s`): one
-/// invocation per value.
+/// `out = op(a, b)` (`b` absent only for Scale and Softcap, whose factor
+/// or cap is `s`): one invocation per value.
 pub fn dispatch(op: Elementwise, a: Tensor, b: Option<Tensor>, s: f32, out: Tensor) -> Dispatch {
     let n = a.n_elements();
     let params = Params {

@@ -1,8 +1,9 @@
 // Elementwise ops, one define each: ADD (out = a + b), MUL (a * b), SCALE
-// (a * s), SILU_MUL (silu(a) * b), GELU_MUL (gelu_tanh(a) * b). For ADD and
-// MUL, b may be a single row broadcast over a's rows. out may be a: every
-// binding is read_write so the same buffer can be bound twice. SiLU and
-// GELU are the fast CPU backend's, bit for bit (exact.wgsl).
+// (a * s), SOFTCAP (s · tanh(a / s)), SILU_MUL (silu(a) * b), GELU_MUL
+// (gelu_tanh(a) * b). For ADD and MUL, b may be a single row broadcast
+// over a's rows; SCALE and SOFTCAP (ONE_INPUT) have no b. out may be a:
+// every binding is read_write so the same buffer can be bound twice. SiLU
+// and GELU are the fast CPU backend's, bit for bit (exact.wgsl).
 //
 // The Q8 define (SILU_MUL and GELU_MUL) fuses the next matmul's
 // activation rounding (exact.wgsl's q8_store, as quantize.wgsl's Q8) on
@@ -16,7 +17,7 @@
 struct Params {
     n: u32,     // elements
     b_len: u32, // elements of b (b[i % b_len])
-    s: f32,     // SCALE: the factor
+    s: f32,     // SCALE: the factor; SOFTCAP: the cap
     cols: u32,  // HALF: values per row (a multiple of 32)
     zero: u32,       // 0 (exact.wgsl's `opaque`)
 }
@@ -24,7 +25,7 @@ struct Params {
 
 @group(0) @binding(1) var<storage, read_write> a: array<f32>;     // (rows, cols)
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;   // (rows, cols)
-#ifndef SCALE
+#ifndef ONE_INPUT
 @group(0) @binding(3) var<storage, read_write> b: array<f32>;     // (rows, cols) or (cols)
 #endif
 #ifdef HALF
@@ -46,6 +47,11 @@ fn op(i: u32) -> f32 {
 #endif
 #ifdef SCALE
     return x * P.s;
+#endif
+#ifdef SOFTCAP
+    // tanh saturates to ±1 in f32 past ±10; some drivers' tanh overflows
+    // to NaN far beyond.
+    return tanh(clamp(x * (1.0 / P.s), -10.0, 10.0)) * P.s;
 #endif
 #ifdef SILU_MUL
     return cpu_silu(x) * b[i];

@@ -170,9 +170,18 @@ fn cpu_silu(x: f32) -> f32 {
     return div_rn(x, 1.0 + cpu_exp(-x));
 }
 
+// GELU as ggml's CPU takes it from its f16 table: of the input rounded to
+// f16, rounded to f16; 0 at or below -10, the input at or above 10.
 fn cpu_gelu(x: f32) -> f32 {
-    let y = bitcast<f32>(0x3f4c422au) * fmaf(opaque(bitcast<f32>(0x3d372713u) * x) * x, x, x);
-    return x * (1.0 - div_rn(1.0, cpu_exp(2.0 * y) + 1.0));
+    if (x <= -10.0) {
+        return 0.0;
+    }
+    if (x >= 10.0) {
+        return x;
+    }
+    let h = f16_round(x);
+    let y = bitcast<f32>(0x3f4c422au) * fmaf(opaque(bitcast<f32>(0x3d372713u) * h) * h, h, h);
+    return f16_round(h * (1.0 - div_rn(1.0, cpu_exp(2.0 * y) + 1.0)));
 }
 
 #ifdef TABLES

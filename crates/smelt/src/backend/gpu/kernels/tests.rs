@@ -222,6 +222,7 @@ fn rope_and_attention_builders_bind_their_kernels() {
         freq_base: 10000.0,
         freq_scale: 1.0,
         freq_factors: None,
+        attn_factor: 1.0,
     };
     let d = rope::rope((q, pos, &p, q), Some((k, 2, k)), aux());
     assert_eq!(

@@ -1,0 +1,329 @@
+//! Prefill attention in tiles: the fast mode's for batches of at least
+//! [`MIN_ROWS`] rows, where llama.cpp also leaves its one-row path for
+//! `flash_attn_ext_tiled`. All in f32 (no f16 rounding of the query or the
+//! accumulator, which [`super::attention`] keeps for ggml's one-row
+//! numbers).
+//!
+//! A work item's queries (its rows × its KV head's query heads) go in
+//! sub-blocks of [`QB`], one query per vector lane, against the widened
+//! keys and values in tiles of [`KT`]:
+//!
+//! ```text
+//! S[j][q] = scale · Σ_d K[j][d] · Q[q][d]     (−∞ outside query q's span)
+//! m' = max(m, max_j S[j]);  α = e^(m − m');  P[j] = e^(S[j] − m')
+//! l = α·l + Σ_j P[j];  O[d] = α·O[d] + Σ_j P[j] · V[j][d]
+//! out[q] = O[q] / l[q]
+//! ```
+//!
+//! With queries in lanes the softmax is elementwise across keys, and both
+//! products are broadcasts against 16-lane rows (`Qᵀ`, `P`, `Oᵀ` are kept
+//! transposed: `[d][q]`, `[j][q]`).
+//!
+//! Legend: `hd` head dim, `s` widened keys, `q` a query of the sub-block.
+
+use std::ops::Range;
+
+use super::simd::{Madd, exp};
+
+/// Queries per sub-block: two vectors of 8 lanes.
+pub const QB: usize = 16;
+/// Keys per tile.
+const KT: usize = 64;
+/// Rows of a batch from which the fast mode takes this path.
+pub const MIN_ROWS: usize = 64;
+
+/// One run of a work item's query rows whose keys were widened together
+/// (rows of one sequence: one cache base).
+pub struct Run<'a> {
+    /// The batch's queries, rows of `q_cols`.
+    pub q: &'a [f32],
+    pub q_cols: usize,
+    /// The run's rows of the batch, and per row its span as positions of
+    /// the widened keys (`first..=last`).
+    pub rows: Range<usize>,
+    pub spans: &'a [(usize, usize)],
+    /// The query heads of the item's KV head.
+    pub heads: Range<usize>,
+    pub hd: usize,
+    /// Widened keys and values, `s × hd` each.
+    pub keys: &'a [f32],
+    pub vals: &'a [f32],
+    pub scale: f32,
+    pub softcap: Option<f32>,
+}
+
+/// Scratch floats [`run`] needs for heads of `hd`.
+pub fn scratch_len(hd: usize) -> usize {
+    2 * hd * QB + KT * QB + hd
+}
+
+/// Attention of every query of `r`, each output (`hd` values) handed to
+/// `store(row, head, values)`. `work` holds [`scratch_len`] floats.
+#[inline(always)]
+pub fn run<M: Madd>(r: &Run, work: &mut [f32], store: &mut impl FnMut(usize, usize, &[f32])) {
+    let hd = r.hd;
+    let group = r.heads.len();
+    // Query `i` is row `rows.start + i / group`, head `heads.start + i % group`.
+    let row_head = |i: usize| (r.rows.start + i / group, r.heads.start + i % group);
+    let n_queries = r.rows.len() * group;
+    let (qt, rest) = work.split_at_mut(hd * QB);
+    let (ot, rest) = rest.split_at_mut(hd * QB);
+    let (st, out) = rest.split_at_mut(KT * QB);
+    let out = &mut out[..hd];
+    for start in (0..n_queries).step_by(QB) {
+        let count = (n_queries - start).min(QB);
+        // Each lane's span; lanes past `count` have none and are not stored.
+        let mut first = [usize::MAX; QB];
+        let mut last = [0usize; QB];
+        for i in 0..count {
+            (first[i], last[i]) = r.spans[(start + i) / group];
+        }
+        let lo = first[..count].iter().copied().min().unwrap_or(0);
+        let hi = last[..count].iter().map(|&l| l + 1).max().unwrap_or(0);
+        // Qᵀ: `qt[d·QB + i]`.
+        qt.fill(0.0);
+        for i in 0..count {
+            let (row, head) = row_head(start + i);
+            let src = &r.q[row * r.q_cols + head * hd..][..hd];
+            for (d, &v) in src.iter().enumerate() {
+                qt[d * QB + i] = v;
+            }
+        }
+        ot.fill(0.0);
+        let mut m = [f32::NEG_INFINITY; QB];
+        let mut l = [0f32; QB];
+        let mut t0 = lo;
+        while t0 < hi {
+            let kt = (hi - t0).min(KT);
+            let st = &mut st[..kt * QB];
+            scores::<M>(qt, &r.keys[t0 * hd..(t0 + kt) * hd], hd, st);
+            let masked = (0..count).any(|i| first[i] > t0 || last[i] + 1 < t0 + kt);
+            let span = masked.then_some((&first, &last));
+            softmax_step::<M>(st, t0, span, r.scale, r.softcap, &mut m, &mut l, ot);
+            values::<M>(st, &r.vals[t0 * hd..(t0 + kt) * hd], hd, ot);
+            t0 += kt;
+        }
+        for i in 0..count {
+            let inv = if l[i] == 0.0 { 0.0 } else { 1.0 / l[i] };
+            for (d, o) in out.iter_mut().enumerate() {
+                *o = ot[d * QB + i] * inv;
+            }
+            let (row, head) = row_head(start + i);
+            store(row, head, out);
+        }
+    }
+}
+
+/// `st[j·QB + q] = Σ_d keys[j][d] · qt[d·QB + q]` for the tile's keys,
+/// four keys at a time.
+#[inline(always)]
+fn scores<M: Madd>(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2 and FMA.
+        return unsafe { avx2::scores(qt, keys, hd, st) };
+    }
+    for (key, s) in keys.chunks_exact(hd).zip(st.chunks_exact_mut(QB)) {
+        let mut acc = [0f32; QB];
+        for (d, &k) in key.iter().enumerate() {
+            let q = &qt[d * QB..(d + 1) * QB];
+            for i in 0..QB {
+                acc[i] = M::madd(k, q[i], acc[i]);
+            }
+        }
+        s.copy_from_slice(&acc);
+    }
+}
+
+/// The softmax update of one tile of scores `st` (its first key at
+/// widened position `t0`), lane by lane: scale, cap, mask (where `span`
+/// is given: lanes' `first..=last`), the new maxima, `P` in place of the
+/// scores, the denominators, and `ot` scaled by each lane's `α`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn softmax_step<M: Madd>(
+    st: &mut [f32],
+    t0: usize,
+    span: Option<(&[usize; QB], &[usize; QB])>,
+    scale: f32,
+    softcap: Option<f32>,
+    m: &mut [f32; QB],
+    l: &mut [f32; QB],
+    ot: &mut [f32],
+) {
+    let mut tile_max = [f32::NEG_INFINITY; QB];
+    for (j, s) in st.chunks_exact_mut(QB).enumerate() {
+        let s: &mut [f32; QB] = s.try_into().expect("a row of lanes");
+        for v in s.iter_mut() {
+            *v *= scale;
+        }
+        if let Some(cap) = softcap {
+            for v in s.iter_mut() {
+                // tanh(x) = 1 − 2 / (e^{2x} + 1), vectorizable.
+                *v = cap * (1.0 - 2.0 / (exp::<M>(2.0 * *v) + 1.0));
+            }
+        }
+        if let Some((first, last)) = span {
+            let at = t0 + j;
+            for i in 0..QB {
+                if at < first[i] || at > last[i] {
+                    s[i] = f32::NEG_INFINITY;
+                }
+            }
+        }
+        for i in 0..QB {
+            tile_max[i] = tile_max[i].max(s[i]);
+        }
+    }
+    // The maximum each lane's exps are taken against: 0 while a lane has
+    // seen no key, so that e^(−∞ − 0) = 0 rather than NaN.
+    let mut base = [0f32; QB];
+    let mut alpha = [0f32; QB];
+    for i in 0..QB {
+        let new = m[i].max(tile_max[i]);
+        base[i] = if new == f32::NEG_INFINITY { 0.0 } else { new };
+        alpha[i] = if m[i] == f32::NEG_INFINITY {
+            0.0
+        } else {
+            exp::<M>(m[i] - base[i])
+        };
+        m[i] = new;
+    }
+    let mut sum = [0f32; QB];
+    for s in st.chunks_exact_mut(QB) {
+        for i in 0..QB {
+            let p = if s[i] == f32::NEG_INFINITY {
+                0.0
+            } else {
+                exp::<M>(s[i] - base[i])
+            };
+            s[i] = p;
+            sum[i] += p;
+        }
+    }
+    for i in 0..QB {
+        l[i] = M::madd(l[i], alpha[i], sum[i]);
+    }
+    for o in ot.chunks_exact_mut(QB) {
+        for i in 0..QB {
+            o[i] *= alpha[i];
+        }
+    }
+}
+
+/// `ot[d·QB + q] += Σ_j st[j·QB + q] · vals[j][d]` for the tile's keys,
+/// four dims at a time.
+#[inline(always)]
+fn values<M: Madd>(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2 and FMA.
+        return unsafe { avx2::values(st, vals, hd, ot) };
+    }
+    for (p, val) in st.chunks_exact(QB).zip(vals.chunks_exact(hd)) {
+        for (d, &v) in val.iter().enumerate() {
+            let o = &mut ot[d * QB..(d + 1) * QB];
+            for i in 0..QB {
+                o[i] = M::madd(v, p[i], o[i]);
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::QB;
+
+    /// [`super::scores`]: 4 keys × 16 queries in 8 registers, each step one
+    /// row of `Qᵀ` (2 loads) against 4 broadcast key values.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scores(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
+        let kt = keys.len() / hd;
+        assert!(
+            qt.len() >= hd * QB && st.len() >= kt * QB,
+            "tile buffers too short"
+        );
+        let mut j = 0;
+        while j < kt {
+            let c = (kt - j).min(4);
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for d in 0..hd {
+                // SAFETY: row d of Qᵀ and value d of keys j..j + c, within
+                // the asserted lengths; loadu needs no alignment.
+                unsafe {
+                    let q = qt.as_ptr().add(d * QB);
+                    let (q0, q1) = (_mm256_loadu_ps(q), _mm256_loadu_ps(q.add(8)));
+                    for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                        let kv = _mm256_broadcast_ss(&*keys.as_ptr().add((j + k) * hd + d));
+                        acc[0] = _mm256_fmadd_ps(kv, q0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(kv, q1, acc[1]);
+                    }
+                }
+            }
+            for (k, acc) in acc.iter().enumerate().take(c) {
+                // SAFETY: row j + k < kt of the scores (asserted above).
+                unsafe {
+                    let s = st.as_mut_ptr().add((j + k) * QB);
+                    _mm256_storeu_ps(s, acc[0]);
+                    _mm256_storeu_ps(s.add(8), acc[1]);
+                }
+            }
+            j += c;
+        }
+    }
+
+    /// [`super::values`]: 4 dims × 16 queries in 8 registers, each step
+    /// one row of `P` (2 loads) against 4 broadcast values.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn values(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+        let kt = vals.len() / hd;
+        assert!(
+            st.len() >= kt * QB && ot.len() >= hd * QB,
+            "tile buffers too short"
+        );
+        let mut d = 0;
+        while d < hd {
+            let c = (hd - d).min(4);
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                // SAFETY: row d + k < hd of Oᵀ (asserted above).
+                unsafe {
+                    let o = ot.as_ptr().add((d + k) * QB);
+                    *acc = [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))];
+                }
+            }
+            for j in 0..kt {
+                // SAFETY: row j < kt of P and values d..d + c of key j,
+                // within the asserted lengths.
+                unsafe {
+                    let p = st.as_ptr().add(j * QB);
+                    let (p0, p1) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
+                    for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                        let v = _mm256_broadcast_ss(&*vals.as_ptr().add(j * hd + d + k));
+                        acc[0] = _mm256_fmadd_ps(v, p0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(v, p1, acc[1]);
+                    }
+                }
+            }
+            for (k, acc) in acc.iter().enumerate().take(c) {
+                // SAFETY: as above.
+                unsafe {
+                    let o = ot.as_mut_ptr().add((d + k) * QB);
+                    _mm256_storeu_ps(o, acc[0]);
+                    _mm256_storeu_ps(o.add(8), acc[1]);
+                }
+            }
+            d += c;
+        }
+    }
+}

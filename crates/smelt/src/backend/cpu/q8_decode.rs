@@ -1,0 +1,199 @@
+//! Decode mat-vecs of the 32-value block types (Q4_0, Q4_1, Q5_0, Q5_1,
+//! Q8_0) on Q8 activations, reading the GGUF blocks in place (AVX2): a
+//! decode uses each weight block once or twice, so unpacking it first
+//! ([`super::q8::Unpacked`]) would cost more than the dot product.
+//!
+//! The numbers are [`super::q8::tile`]'s after unpacking, bit for bit: ggml's
+//! `vec_dot` order, with per block the same 8 integer lanes (lane `l` sums
+//! products `4l..4l+3`, the weight quant as ggml's value: Q4_0 `q − 8`,
+//! Q5_0 `q − 16`, the others as stored) and `acc = fma(d_w·d_x, lane,
+//! acc)`; Q4_1 and Q5_1 add `m_w·s_x` per block in a scalar `fma`.
+
+use super::simd::Madd;
+use crate::quant::GgmlType;
+
+/// A Q8 activation row: quants, scales, `d·Σq` per block.
+pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+
+/// Whether [`raw_dots`] has a kernel for this entry point (AVX2 only; the
+/// portable path unpacks).
+#[inline(always)]
+pub fn has_raw_kernel<M: Madd>() -> bool {
+    cfg!(target_arch = "x86_64") && M::AVX2
+}
+
+/// One Q8 activation row against `C` weight rows still in their GGUF
+/// blocks: the same numbers as `q8::tile` after `Unpacked::unpack`.
+/// Only when [`has_raw_kernel`].
+#[inline(always)]
+pub fn raw_dots<M: Madd, const C: usize>(dtype: GgmlType, x: XRow, ws: [&[u8]; C]) -> [f32; C] {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2, FMA and F16C.
+        return unsafe { avx2::raw_dots(dtype, x, ws) };
+    }
+    let _ = (dtype, x, ws);
+    unreachable!("raw_dots without has_raw_kernel")
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{GgmlType, XRow};
+    use crate::backend::cpu::q8::QK8;
+    use crate::backend::cpu::simd::{LANES, hsum};
+
+    /// `_mm256_maddubs_epi16` wants its first operand unsigned: the weight's
+    /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
+    /// within i16). Then `madd` against ones sums the pairs into 8 lanes.
+    #[inline(always)]
+    fn lanes(w: __m256i, x: __m256i) -> __m256 {
+        // SAFETY: only called from functions compiled with AVX2.
+        unsafe {
+            let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        }
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `dtype` is a 32-value block
+    /// type of the Q8 path.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn raw_dots<const C: usize>(dtype: GgmlType, x: XRow, ws: [&[u8]; C]) -> [f32; C] {
+        // One body per type, so the inner loop does not branch on it.
+        match dtype {
+            GgmlType::Q4_0 => raw_dots_of::<C, Q4_0>(x, ws),
+            GgmlType::Q4_1 => raw_dots_of::<C, Q4_1>(x, ws),
+            GgmlType::Q5_0 => raw_dots_of::<C, Q5_0>(x, ws),
+            GgmlType::Q5_1 => raw_dots_of::<C, Q5_1>(x, ws),
+            _ => raw_dots_of::<C, Q8_0>(x, ws),
+        }
+    }
+
+    const Q4_0: u8 = 0;
+    const Q4_1: u8 = 1;
+    const Q5_0: u8 = 2;
+    const Q5_1: u8 = 3;
+    const Q8_0: u8 = 4;
+
+    /// Bytes per block, and where its quants start.
+    const BYTES: [usize; 5] = [18, 20, 22, 24, 34];
+    const QS_AT: [usize; 5] = [2, 4, 6, 8, 2];
+    /// Where Q5's 32 fifth bits are.
+    const QH_AT: [usize; 5] = [0, 0, 2, 4, 0];
+
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn raw_dots_of<const C: usize, const T: u8>(x: XRow, ws: [&[u8]; C]) -> [f32; C] {
+        let (bytes, at) = (BYTES[T as usize], QS_AT[T as usize]);
+        let with_min = T == Q4_1 || T == Q5_1;
+        let five = T == Q5_0 || T == Q5_1;
+        let nb = x.1.len();
+        assert!(
+            x.0.len() >= nb * QK8
+                && (!with_min || x.2.len() >= nb)
+                && ws.iter().all(|w| w.len() >= nb * bytes),
+            "rows shorter than their blocks"
+        );
+        let ones = _mm256_set1_epi16(1);
+        let eights = _mm256_set1_epi8(8);
+        let mask = _mm256_set1_epi8(15);
+        // The high 128 bits shift by 4: high nibbles.
+        let shift = _mm256_setr_epi64x(0, 0, 4, 4);
+        // Byte i of the fifth bits' u32 picks byte i / 8, then bit i % 8.
+        let spread = _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        );
+        let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
+        let mut acc = [_mm256_setzero_ps(); C];
+        let mut mins = [0f32; C];
+        // Every pointer read below is at block b < nb of a row that holds
+        // nb blocks (asserted above), within the block's bytes; the reads
+        // and loads are unaligned ones.
+        let half = |p: *const u8| {
+            // SAFETY: see above (a block's scale or minimum).
+            let h = unsafe { p.cast::<u16>().read_unaligned() };
+            _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h)))
+        };
+        for b in 0..nb {
+            // SAFETY: see above.
+            let xv = unsafe { _mm256_loadu_si256(x.0.as_ptr().add(b * QK8).cast()) };
+            // SAFETY: see above.
+            let xd = unsafe { *x.1.get_unchecked(b) };
+            // 8·(x pair) per i16 lane: what Q4_0 takes off; twice that, Q5_0.
+            let x8 = _mm256_maddubs_epi16(eights, xv);
+            let off = if T == Q5_0 {
+                _mm256_add_epi16(x8, x8)
+            } else {
+                x8
+            };
+            let blk: [*const u8; C] =
+                std::array::from_fn(|c| unsafe { ws[c].as_ptr().add(b * bytes) });
+            // The C scales times x's: one conversion and one multiply for 4
+            // rows, each lane then broadcast.
+            let dd: [__m256; C] = if C == 4 {
+                // SAFETY: see above (the block's scale).
+                let h = |c: usize| unsafe { blk[c].cast::<i16>().read_unaligned() };
+                let h = _mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0);
+                let d = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd)));
+                std::array::from_fn(|c| _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c as i32)))
+            } else {
+                std::array::from_fn(|c| _mm256_set1_ps(_mm_cvtss_f32(half(blk[c])) * xd))
+            };
+            for c in 0..C {
+                let q = if T == Q8_0 {
+                    // SAFETY: see above (the block's 32 quants).
+                    unsafe { _mm256_loadu_si256(blk[c].add(at).cast()) }
+                } else {
+                    // Low nibbles are values 0..16, high nibbles 16..32.
+                    // SAFETY: see above (the block's 16 bytes of nibbles).
+                    let lo = unsafe { _mm_loadu_si128(blk[c].add(at).cast()) };
+                    let q = _mm256_and_si256(
+                        _mm256_srlv_epi64(_mm256_broadcastsi128_si256(lo), shift),
+                        mask,
+                    );
+                    if five {
+                        // SAFETY: see above (the block's 4 bytes of fifth bits).
+                        let qh =
+                            unsafe { blk[c].add(QH_AT[T as usize]).cast::<i32>().read_unaligned() };
+                        let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(qh), spread);
+                        let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+                        _mm256_or_si256(q, _mm256_and_si256(set, _mm256_set1_epi8(16)))
+                    } else {
+                        q
+                    }
+                };
+                let l = if T == Q8_0 {
+                    lanes(q, xv)
+                } else {
+                    // Unsigned values as they are: no sign moves; Q4_0 and
+                    // Q5_0 take `8·` or `16·(x pair)` off each pair instead
+                    // of 8 or 16 off each value (the same integers).
+                    let mut pairs = _mm256_maddubs_epi16(q, xv);
+                    if T == Q4_0 || T == Q5_0 {
+                        pairs = _mm256_sub_epi16(pairs, off);
+                    }
+                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones))
+                };
+                acc[c] = _mm256_fmadd_ps(dd[c], l, acc[c]);
+                if with_min {
+                    // SAFETY: see above (x's sum and the block's minimum).
+                    let (s, m) = unsafe { (*x.2.get_unchecked(b), blk[c].add(2)) };
+                    mins[c] = _mm_cvtss_f32(half(m)).mul_add(s, mins[c]);
+                }
+            }
+        }
+        let mut out = [0f32; C];
+        for c in 0..C {
+            let mut v = [0f32; LANES];
+            // SAFETY: `v` is 8 writable f32s; storeu needs no alignment.
+            unsafe { _mm256_storeu_ps(v.as_mut_ptr(), acc[c]) };
+            out[c] = hsum(v) + mins[c];
+        }
+        out
+    }
+}
