@@ -276,11 +276,24 @@ fn gpu_dispatches(
     b.gpu.stats().dispatches - before
 }
 
+/// The weight types whose decode mat-vecs in the f32-activation mode take
+/// packed integer dot products on Q8-rounded activations, as llama.cpp's
+/// GPU ones do: every legacy quant and K-quant that `WEIGHT_TYPES` has.
+const DOT_TYPES: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
 /// Whether the f32-activation mode rounds a matmul's activations to Q8
-/// blocks first: repacked Q4_0 and Q8_0 decode (up to 4 tokens), whose
-/// mat-vecs take packed integer dot products, as llama.cpp's GPU ones do.
+/// blocks first: decode (up to 4 tokens) of the `DOT_TYPES`.
 fn f32_mode_rounds(t: GgmlType, n: usize) -> bool {
-    matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0) && n <= 4
+    DOT_TYPES.contains(&t) && n <= 4
 }
 
 /// On the CPU reference, `src` rounded as the GPU rounds it before such a
@@ -526,7 +539,13 @@ fn run_table(b: &mut Bench) {
 
 /// Perf mode only: Llama-8B-sized decode mat-vecs.
 fn decode_shapes(b: &mut Bench) {
-    for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+    for t in [
+        GgmlType::Q4_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
         for (m, k) in [(4096usize, 4096usize), (14336, 4096), (4096, 14336)] {
             let w = b.weight(t, m, k);
             let x = b.f32s(1, k, 1.0);
@@ -732,7 +751,10 @@ fn decode_matvec_f32_acts_with_adapter_features() {
     for t in WEIGHT_TYPES {
         // 65 blocks of 32, or 9 of 256: one more than a sweep's worth.
         let k = if t.block_size() == 256 { 2304 } else { 2080 };
-        for (m, n) in [(1usize, 1usize), (7, 1), (130, 4)] {
+        // And a row of over 4 sweeps of the mat-vec's 128 invocations (its
+        // steps of four blocks, or units of 64 for the K-quants).
+        let long = if t.block_size() == 256 { 33024 } else { 16416 };
+        for (m, n, k) in [(1usize, 1usize, k), (7, 1, k), (130, 4, k), (5, 2, long)] {
             let w = b.weight(t, m, k);
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let out = b.output(F32, n, m);
@@ -1185,13 +1207,16 @@ fn glu(
     }
 }
 
-/// Decode in the f32-activation mode: repacked Q4_0 and Q8_0 mat-vecs run
-/// on Q8-rounded activations, rounded inside the rms_norm or GLU before
-/// them, and take in the residual add after them; so norm + Q, K, V is two
-/// dispatches, GLU + down + add two more, and a whole FFN three (the GLU
-/// inside the gate and up mat-vecs). Every output, the fused ops'
-/// own included, against the CPU (on the same rounding); and the dispatch
-/// counts (Q4_1 is not repacked: its ops run apart, on f32 activations).
+/// Decode in the f32-activation mode: mat-vecs of the `DOT_TYPES` (Q4_0
+/// and Q8_0 repacked, the others in their GGUF layout) run on Q8-rounded
+/// activations, rounded inside the rms_norm or GLU before them, and take
+/// in the residual add after them; so norm + Q, K, V is one dispatch,
+/// GLU + down + add two, and a whole FFN two (the norm and GLU inside the
+/// gate and up mat-vecs). Every output, the fused ops' own included,
+/// against the CPU (on the same rounding); and the dispatch counts (F16
+/// takes no integer dots: its ops run apart, on f32 activations). Q4_0 and
+/// Q8_0 at two widths, the others at one (rows of whole superblocks for
+/// the K-quants).
 #[test]
 fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
     let (seed, mut b) = f32_mode_bench();
@@ -1202,22 +1227,32 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
             b.gpu.synchronize().unwrap();
             b.gpu.stats().dispatches - before
         };
-    for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
-        let repacked = t != GgmlType::Q4_1;
+    let mut cases = vec![(F16, 576usize, 1usize)];
+    for t in DOT_TYPES {
+        match t.block_size() {
+            256 => cases.push((t, 768, 2)),
+            _ if matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0) => {
+                cases.extend([(t, 576, 1), (t, 2080, 3)]);
+            }
+            _ => cases.push((t, 576, 1)),
+        }
+    }
+    for (t, k, n) in cases {
+        let dots = DOT_TYPES.contains(&t);
         // A matmul's input on either side: on the CPU, the GPU's rounding
         // of `x`, in `xr`.
-        let input = move |be: &mut dyn Backend, g: bool, x: Pair, xr: Pair| match (g, repacked) {
+        let input = move |be: &mut dyn Backend, g: bool, x: Pair, xr: Pair| match (g, dots) {
             (true, _) => Ok(x.gpu),
             (false, true) => cpu_q8_rounded(be, x.cpu, xr.cpu),
             (false, false) => Ok(x.cpu),
         };
-        // Repacked, each side rounds its own norm or GLU output to Q8, and
+        // With dots, each side rounds its own norm or GLU output to Q8, and
         // those differ in their last bits: a value may round a step apart
         // (lavapipe, 30 seeds: 7 such steps, up to 1.2e-7; one in CI cost
         // 4e-6 when the FFN was 96 wide). Not rounding at all costs 1.2e-5
         // or more, so 4e-6 still tells them apart.
-        let tol = if repacked { 4e-6 } else { 1e-7 };
-        for (k, n) in [(576usize, 1usize), (2080, 3)] {
+        let tol = if dots { 4e-6 } else { 1e-7 };
+        {
             let (x, nw, h) = (b.f32s(n, k, 1.0), b.f32s(1, k, 1.0), b.output(F32, n, k));
             let hr = b.output(F32, n, k);
             let ms = [130usize, 67, 64];
@@ -1242,9 +1277,9 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                     norm_qkv,
                 );
             }
-            // Repacked: the norm taken into Q, K and V's one dispatch.
+            // With dots: the norm taken into Q, K and V's one dispatch.
             let d = dispatches(&mut b, &|be| norm_qkv(be, true));
-            assert_eq!(d, if repacked { 1 } else { 4 }, "rms_norm+matmuls {t}");
+            assert_eq!(d, if dots { 1 } else { 4 }, "rms_norm+matmuls {t}");
             // That dispatch stores no Q8 rounding of the norm's output: a
             // later matmul of it rounds it afresh.
             let again = b.output(F32, n, ms[0]);
@@ -1280,11 +1315,11 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                     b.check(&what, tol, out, glu_down_add);
                 }
                 let d = dispatches(&mut b, &|be| glu_down_add(be, true));
-                assert_eq!(d, if repacked { 2 } else { 3 }, "glu+matmul+add {t}");
+                assert_eq!(d, if dots { 2 } else { 3 }, "glu+matmul+add {t}");
             }
 
             // A whole FFN: norm, gate and up (rows a multiple of 32), GLU,
-            // down, residual add. Repacked: the norm, gate + up and the GLU
+            // down, residual add. With dots: the norm, gate + up and the GLU
             // with its rounding (`MatVecGlu` with the norm), then down + add.
             // 256 wide between gate/up and down: a Q8 step rounded apart
             // there costs ~1/256 of what not rounding costs (see `tol`).
@@ -1317,15 +1352,12 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                     b.check(&what, tol, out, ffn);
                 }
                 let d = dispatches(&mut b, &|be| ffn(be, true));
-                assert_eq!(d, if repacked { 2 } else { 6 }, "ffn {t}");
+                assert_eq!(d, if dots { 2 } else { 6 }, "ffn {t}");
             }
 
             // The model's residual stream: x += a · woᵀ, in place.
-            let (wo, a, ar) = (
-                b.weight(t, k, 576),
-                b.f32s(n, 576, 1.0),
-                b.output(F32, n, 576),
-            );
+            let ka = if t.block_size() == 256 { 512 } else { 576 };
+            let (wo, a, ar) = (b.weight(t, k, ka), b.f32s(n, ka, 1.0), b.output(F32, n, ka));
             let (o, x_copy) = (b.output(F32, n, k), b.output(F32, n, k));
             b.check(
                 &format!("matmul+add in place {t} k={k} n={n}"),
@@ -1353,9 +1385,9 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
     b.assert_passed(seed);
 }
 
-/// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: repacked Q4_0
-/// and Q8_0 run the weights in one dispatch, in decode and (on cooperative
-/// matrices) in prefill, with tiles that end inside each weight and past
+/// `matmuls` (Q, K, V; gate, up) in the f32-activation mode: one dispatch
+/// for the weights in decode (every `DOT_TYPES` type), and for repacked
+/// Q4_0 and Q8_0 (on cooperative matrices) in prefill, with tiles that end inside each weight and past
 /// the last token; every output against the CPU. Then again with the
 /// weights joined in one buffer (`load_joined`), which the prefill reads
 /// bound once.
@@ -1376,9 +1408,15 @@ fn f32_mode_matmuls_of_one_input() {
     if coop {
         cases.push((&[4200, 2100, 2100][..], 260));
     }
-    for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
-        let k = 2080;
+    // Prefill for Q4_0, Q8_0 and Q4_1 (repacked or not); decode for every
+    // type that takes integer dots (`MatVecMulti`).
+    let prefills = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1];
+    for t in DOT_TYPES {
+        let k = if t.block_size() == 256 { 2304 } else { 2080 };
         for &(ms, n) in &cases {
+            if n > 4 && !prefills.contains(&t) {
+                continue;
+            }
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let outs: Vec<Pair> = ms.iter().map(|&m| b.output(F32, n, m)).collect();
             let rounds = f32_mode_rounds(t, n);
@@ -1419,7 +1457,7 @@ fn f32_mode_matmuls_of_one_input() {
     }
     b.assert_passed(seed);
     let used = kernels_run(&b);
-    for t in [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1] {
+    for t in prefills {
         for multi in [Multi::Apart, Multi::Joint] {
             let ran = used
                 .iter()

@@ -89,8 +89,14 @@ impl Acts {
 /// `w` (in f32 mode for `matmul::dot_decode` only), or `x` itself. The op
 /// held back whose output x is rounds it in its own dispatch where it can.
 pub(super) fn matmul_input(be: &mut GpuBackend, w: GgmlType, x: Tensor) -> Result<MatIn> {
-    let rounds = be.ctx.quantize_activations || super::matmul::dot_decode(be, w, x);
-    let Some(q) = ActQuant::for_weight(w).filter(|_| rounds) else {
+    // ggml's rounding for the weight type; the f32 mode's integer-dot
+    // decode takes Q8 blocks of 32 for every type it runs.
+    let q = if be.ctx.quantize_activations {
+        ActQuant::for_weight(w)
+    } else {
+        super::matmul::dot_decode(be, w, x).then_some(ActQuant::Q8)
+    };
+    let Some(q) = q else {
         return Ok(MatIn::F32(x));
     };
     let key = Some((x.id, x.rows, x.cols, Held::Rounded(q)));

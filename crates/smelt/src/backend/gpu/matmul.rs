@@ -4,8 +4,8 @@
 //!
 //! - Up to `MATVEC_MAX_TOKENS` tokens: a mat-vec (`matvec`), or in ggml's
 //!   mode the legacy quants' integer lanes (`matmul_q8`), or in the f32
-//!   mode repacked Q4_0/Q8_0 on Q8 blocks (`matvec_blocks`, held back for
-//!   the residual add after it).
+//!   mode the quants on Q8 blocks (`matvec_blocks`, held back for the
+//!   residual add after it).
 //! - Above: 64 × 64 tiles (`matmul`), or cooperative matrices
 //!   (`matmul_coop`) on the adapter's tiles, split along k where the tiles
 //!   are too few, and gate and up held back for the GLU after them.
@@ -21,10 +21,11 @@ use super::kernels::matvec_blocks::{self, DotIn};
 use super::kernels::{Family, matmul_q8, matvec};
 use super::{GpuBackend, MATVEC_MAX_TOKENS, fusion, kernels};
 
-/// Whether a matmul of `x` by a `w` weight is a repacked decode (f32
-/// mode) on Q8-rounded activations (`MatVecDot`, `MatVecMulti`).
+/// Whether a matmul of `x` by a `w` weight is a decode (f32 mode) on
+/// Q8-rounded activations with integer dot products (`MatVecDot`,
+/// `MatVecMulti`).
 pub(super) fn dot_decode(be: &GpuBackend, w: GgmlType, x: Tensor) -> bool {
-    be.ctx.features.repacks(w) && x.rows <= MATVEC_MAX_TOKENS
+    be.ctx.features.dots(w) && x.rows <= MATVEC_MAX_TOKENS
 }
 
 /// `out = x · wᵀ`, checked: a split weight a part at a time, each part
@@ -63,6 +64,17 @@ pub(super) fn matmuls(
     }
     let coop = multi_coop(be, ws, x, outs);
     if coop.is_none() && !multi_matvec(be, ws, x, outs) {
+        // Decode of weights of two types (a K-quant model's V of another
+        // type than Q and K): the leading run of one type in one dispatch.
+        let run = ws.iter().take_while(|w| w.dtype == ws[0].dtype).count();
+        let lead = run >= 2 && multi_matvec(be, &ws[..run], x, &outs[..run]);
+        if lead && run < ws.len() {
+            matmuls(be, &ws[..run], x, &outs[..run])?;
+            for (&w, &out) in ws[run..].iter().zip(&outs[run..]) {
+                be.matmul(w, x, out)?;
+            }
+            return Ok(());
+        }
         for (&w, &out) in ws.iter().zip(outs) {
             be.matmul(w, x, out)?;
         }
@@ -109,10 +121,11 @@ pub(super) fn matmuls(
 }
 
 /// Whether `matmuls` can be one `MatVecMulti` dispatch: decode (up to
-/// MATVEC_MAX_TOKENS rows) of 2 or 3 repacked weights of one type and
-/// width, none split, outputs of their own.
+/// MATVEC_MAX_TOKENS rows) of 2 or 3 weights of one type and width that
+/// `matvec_blocks` takes, none split, outputs of their own.
 fn multi_matvec(be: &GpuBackend, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
-    x.rows <= MATVEC_MAX_TOKENS && multi_repacked(be, ws, x, outs)
+    let f = be.ctx.features;
+    x.rows <= MATVEC_MAX_TOKENS && multi_alike(be, ws, x, outs, |t| f.dots(t))
 }
 
 /// Whether `matmuls` runs multi `MatMulCoop` dispatches: prefill (f32
@@ -130,7 +143,7 @@ fn multi_coop(
         && x.rows > MATVEC_MAX_TOKENS
         && f.coop != 0
         && x.cols.is_multiple_of(32)
-        && multi_repacked(be, ws, x, outs);
+        && multi_alike(be, ws, x, outs, |t| f.repacks(t));
     if !fits {
         return None;
     }
@@ -164,7 +177,7 @@ fn coop_gate_up(
         && w0.rows == w1.rows
         && w0.rows.is_multiple_of(32)
         && CoopTile::pick(f.coop, w0.rows, x.rows, be.ctx.coop_huge) == CoopTile::Huge
-        && multi_repacked(be, ws, x, outs);
+        && multi_alike(be, ws, x, outs, |t| f.repacks(t));
     let joint = match be.buffers.joint(ws) {
         Some((joint, firsts)) if fits => (joint, [firsts[0], firsts[1]]),
         _ => return Ok(None),
@@ -185,9 +198,15 @@ fn coop_gate_up(
     }))
 }
 
-/// 2 or 3 repacked weights of one type and width, none split, and
-/// outputs of their own.
-fn multi_repacked(be: &GpuBackend, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
+/// 2 or 3 weights of one type and width, a type that `takes`, none
+/// split, and outputs of their own.
+fn multi_alike(
+    be: &GpuBackend,
+    ws: &[Tensor],
+    x: Tensor,
+    outs: &[Tensor],
+    takes: impl Fn(GgmlType) -> bool,
+) -> bool {
     let w0 = ws.first().copied();
     (2..=3).contains(&ws.len())
         && ws.len() == outs.len()
@@ -195,7 +214,7 @@ fn multi_repacked(be: &GpuBackend, ws: &[Tensor], x: Tensor, outs: &[Tensor]) ->
             ws.iter().all(|w| {
                 w.dtype == w0.dtype
                     && w.cols == w0.cols
-                    && be.ctx.features.repacks(w.dtype)
+                    && takes(w.dtype)
                     && be.buffers.parts(*w).is_none()
             })
         })
@@ -241,8 +260,8 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
     let decode = n <= MATVEC_MAX_TOKENS;
     let f = be.ctx.features;
     match input {
-        // f32 mode's repacked decode (a part of a split weight).
-        MatIn::Q8(q8) if f.repacks(w.dtype) => be.run(matvec_blocks::dot((w, q8, out), o0, None)),
+        // f32 mode's decode on integer dots (a part of a split weight).
+        MatIn::Q8(q8) if f.dots(w.dtype) => be.run(matvec_blocks::dot((w, q8, out), o0, None)),
         // ggml's integer lanes.
         MatIn::Q8(q8) => be.run(matmul_q8::dispatch(w, q8, out, (o0, row_bytes), decode)),
         MatIn::F32(x) if decode => be.run(matvec::dispatch(w, x, out, o0, row_bytes)),

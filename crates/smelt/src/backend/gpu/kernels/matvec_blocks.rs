@@ -1,7 +1,8 @@
-//! Repacked Q4_0 / Q8_0 decode in the f32-activation mode
-//! (`matvec_blocks.wgsl`): mat-vecs on Q8-rounded activations with packed
-//! integer dot products, whole blocks per invocation, and the ops fused
-//! into them: the residual add after one weight, up to 3 weights of one
+//! Decode in the f32-activation mode (`matvec_blocks.wgsl`): mat-vecs on
+//! Q8-rounded activations with packed integer dot products, whole blocks
+//! per invocation, of repacked Q4_0 / Q8_0 or of the other legacy and
+//! K-quants in their GGUF layout (`matvec_blocks_gguf.wgsl`), and the ops
+//! fused into them: the residual add after one weight, up to 3 weights of one
 //! input in one dispatch, gate and up with their GLU, and the rms_norm
 //! before them.
 
@@ -12,6 +13,31 @@ use super::elementwise::Elementwise;
 use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, WG_ROW, r, rw, shared};
 
 const SOURCE: &str = include_str!("matvec_blocks.wgsl");
+const GGUF: &str = include_str!("matvec_blocks_gguf.wgsl");
+
+/// The weight types it takes (`ShaderFeatures::dots`).
+pub const DOT_TYPES: [GgmlType; 8] = [
+    GgmlType::Q4_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Values of a weight row one invocation takes per step (the WGSL's
+/// blocks, or units): 64 for the K-quants (two scale groups that share
+/// their quant bytes), a block of 32 otherwise.
+fn unit_values(t: GgmlType) -> usize {
+    if t.block_size() == 256 { 64 } else { 32 }
+}
+
+/// Units per row of `w` (`Params::row_blocks`).
+fn row_units(w: Tensor) -> u32 {
+    (w.cols / unit_values(w.dtype)) as u32
+}
 
 kernel_params! {
     /// matvec_blocks.wgsl's parameters.
@@ -22,7 +48,7 @@ kernel_params! {
         pub k: u32,
         /// Tokens.
         pub n: u32,
-        /// Blocks per row.
+        /// Blocks per row (units: K-quants' are of 64 values).
         pub row_blocks: u32,
         /// Row groups of w (MULTI: per token).
         pub groups_m: u32,
@@ -58,7 +84,7 @@ const _: () = assert!(WG_GLU == WG_ROW);
 /// NORM_BLOCKS blocks of 32).
 pub const NORM_MAX_COLS: usize = 4096;
 
-/// The weight type (Q4_0 or Q8_0, repacked) and what is fused.
+/// The weight type (one of `DOT_TYPES`) and what is fused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatVecBlocks {
     /// One weight, and with `residual` the residual add after it.
@@ -99,7 +125,7 @@ impl Family for MatVecBlocks {
 
     fn all() -> Vec<Self> {
         let mut v = Vec::new();
-        for t in [GgmlType::Q4_0, GgmlType::Q8_0] {
+        for t in DOT_TYPES {
             for norm in [false, true] {
                 v.push(MatVecBlocks::MatVecMulti { t, norm });
                 for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
@@ -113,9 +139,9 @@ impl Family for MatVecBlocks {
         v
     }
 
-    /// Only for repacked weights.
+    /// Only in the f32-activation mode.
     fn builds_with(self, f: ShaderFeatures) -> bool {
-        f.repacks(self.weight())
+        f.dots(self.weight())
     }
 
     fn bindings(self) -> &'static [Binding] {
@@ -196,8 +222,25 @@ impl Family for MatVecBlocks {
         }
     }
 
-    fn source(self, _f: ShaderFeatures, s: &mut Source) {
-        s.weight_type(self.weight());
+    fn source(self, f: ShaderFeatures, s: &mut Source) {
+        let t = self.weight();
+        s.weight_type(t);
+        let repacked = f.repacks(t);
+        if repacked {
+            s.def("REPACKED");
+            s.set("WQ", "vec4<u32>");
+        } else {
+            s.set("WQ", "u32");
+            if unit_values(t) == 64 {
+                s.def("UNIT64");
+            }
+            if matches!(
+                t,
+                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
+            ) {
+                s.def("ACT_SUMS");
+            }
+        }
         s.wg = match self {
             MatVecBlocks::MatVecGlu { .. } => WG_GLU,
             _ => WG_DOT,
@@ -233,6 +276,9 @@ impl Family for MatVecBlocks {
         s.include(&[shared::REDUCE]);
         if norm || matches!(self, MatVecBlocks::MatVecGlu { .. }) {
             s.include(&[shared::EXACT]);
+        }
+        if !repacked {
+            s.include(&[GGUF]);
         }
         s.include(&[SOURCE]);
         if norm {
@@ -299,8 +345,7 @@ pub fn dot(
         m: m as u32,
         k: w.cols as u32,
         n: n as u32,
-        // A repacked row's offsets count blocks.
-        row_blocks: (w.cols / w.dtype.block_size()) as u32,
+        row_blocks: row_units(w),
         groups_m: blocks as u32,
         out_stride: out.cols as u32,
         out_col0: o0 as u32,
@@ -338,7 +383,7 @@ pub fn multi(ws: &[Tensor], x: DotIn, outs: &[Tensor], n: usize) -> Dispatch {
         m: w.rows as u32,
         k: w.cols as u32,
         n: n as u32,
-        row_blocks: (w.cols / w.dtype.block_size()) as u32,
+        row_blocks: row_units(w),
         groups_m: groups(w) as u32,
         m1: w1.rows as u32,
         groups1: groups(w1) as u32,
@@ -378,7 +423,7 @@ pub fn gate_up_glu(
         m: m as u32,
         k: w[0].cols as u32,
         n: n as u32,
-        row_blocks: (w[0].cols / w[0].dtype.block_size()) as u32,
+        row_blocks: row_units(w[0]),
         round_q8: u32::from(q8.is_some()),
         eps,
         ..Params::default()

@@ -1,8 +1,10 @@
 // Mat-vec for Q4_0 and Q8_0 weights (decode) in the f32-activation mode,
-// on its repacked layout (quant.wgsl's REPACKED: superblocks of 8 blocks
+// on its repacked layout (REPACKED, quant.wgsl's: superblocks of 8 blocks
 // whose quants are 16-byte words), with the activations rounded to Q8
 // blocks first (quantize.wgsl's Q8, or inside the rms_norm or GLU before),
-// as llama.cpp's GPU mat-vecs round them:
+// as llama.cpp's GPU mat-vecs round them (the other legacy and K-quants
+// alike, in their GGUF layout: matvec_blocks_gguf.wgsl's `rows4`, whose
+// "blocks" are units of 32 or 64 values):
 //
 //   out[t, r] = Σ_b d_w · d_x · isum_b,   isum_b = Σ (q_w − 8) · q_x  (Q4_0; Q8_0: Σ q_w · q_x)
 //
@@ -59,7 +61,7 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
-@group(0) @binding(1) var<storage, read> wq: array<vec4<u32>>;     // (m, k) repacked
+@group(0) @binding(1) var<storage, read> wq: array<{{WQ}}>;        // (m, k) repacked, or GGUF blocks
 #ifdef NORM
 @group(0) @binding(2) var<storage, read> nx: array<f32>;           // (n, k) the norm's input
 @group(0) @binding(3) var<storage, read> nw: array<f32>;           // (k) its weight
@@ -70,11 +72,11 @@ struct Params {
 #endif
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;    // (n, m)
 #ifdef W1
-@group(0) @binding(5) var<storage, read> wq1: array<vec4<u32>>;    // (m1, k) repacked
+@group(0) @binding(5) var<storage, read> wq1: array<{{WQ}}>;       // (m1, k) as wq
 @group(0) @binding(6) var<storage, read_write> out1: array<f32>;   // (n, m1)
 #endif
 #ifdef MULTI
-@group(0) @binding(7) var<storage, read> wq2: array<vec4<u32>>;    // (m2, k) repacked
+@group(0) @binding(7) var<storage, read> wq2: array<{{WQ}}>;       // (m2, k) as wq
 @group(0) @binding(8) var<storage, read_write> out2: array<f32>;   // (n, m2)
 #endif
 #ifdef GLU
@@ -90,6 +92,17 @@ struct Params {
 
 const NR: u32 = 4u;
 
+// A block of the token's activations: quants 0..16 and 16..32, d, (Q4_0)
+// 8 · Σq, and (matvec_blocks_gguf.wgsl's ACT_SUMS) d · Σq.
+struct Act {
+    lo: vec4<u32>,
+    hi: vec4<u32>,
+    d: f32,
+    sum8: i32,
+    s: f32,
+}
+
+#ifdef REPACKED
 // The scale of block b from its superblock's scale word s (8 halves).
 fn scale_of(s: vec4<u32>, b: u32) -> f32 {
     let dd = unpack2x16float(s[(b % 8u) / 2u]);
@@ -131,15 +144,6 @@ fn blk(which: u32, b: u32) -> Blk {
     return Blk(wq[qi], wq[q2], wq[si]);
 }
 
-// A block of the token's activations: quants 0..16 and 16..32, d, and
-// (Q4_0) 8 · Σq.
-struct Act {
-    lo: vec4<u32>,
-    hi: vec4<u32>,
-    d: f32,
-    sum8: i32,
-}
-
 #ifdef TYPE_Q4_0
 const NIB: u32 = 0x0f0f0f0fu;
 
@@ -166,6 +170,7 @@ fn block_dot_of(k: Blk, b: u32, a: Act) -> f32 {
         + dot4I8Packed(qb.z, a.hi.z) + dot4I8Packed(qb.w, a.hi.w);
     return scale_of(k.s, b) * a.d * f32(lo + hi);
 }
+#endif
 #endif
 
 #ifdef NORM
@@ -226,13 +231,14 @@ fn norm_row(ln: Lane, t: u32, writes: bool) {
 // or (NORM) from the workgroup's rounding of its row.
 fn act_block(xb: u32, b: u32) -> Act {
 #ifdef NORM
-    return Act(nq[2u * b], nq[2u * b + 1u], nd[b], 0);
+    return Act(nq[2u * b], nq[2u * b + 1u], nd[b], 0, 0.0);
 #else
     let xi = xb + b;
-    return Act(aq[2u * xi], aq[2u * xi + 1u], ad[xi], 0);
+    return Act(aq[2u * xi], aq[2u * xi + 1u], ad[xi], 0, 0.0);
 #endif
 }
 
+#ifdef REPACKED
 // Block b's contribution to 4 rows (first blocks rb) of weight `which`,
 // from the token's activation blocks starting at block xb.
 fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
@@ -250,6 +256,7 @@ fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
         block_dot_of(blk(which, rb.w + b), rb.w + b, a),
     );
 }
+#endif
 
 // The first blocks of rows r0..r0 + 4 (nb blocks per row); rows past m
 // (the last row block) repeat row m - 1 and are not stored.
@@ -257,11 +264,18 @@ fn firsts(r0: u32, m: u32, nb: u32) -> vec4<u32> {
     return min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(m - 1u)) * nb;
 }
 
-// The 4 rows' sums over blocks b0, b0 + st, ... of a row, four blocks a
+// The 4 rows' sums over blocks b0, b0 + st, ... of a row, (REPACKED) four blocks a
 // step so that their loads are in flight together.
 fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, b0: u32, st: u32) -> vec4<f32> {
     var acc = vec4<f32>(0.0);
     var b = b0;
+#ifndef REPACKED
+    // The GGUF-layout types' units load many words each already; one a
+    // step also keeps their kernels small enough for lavapipe to compile.
+    for (; b < nb; b += st) {
+        acc += rows4(which, rb, b, xb);
+    }
+#else
     for (; b + 3u * st < nb; b += 4u * st) {
         acc += (rows4(which, rb, b, xb) + rows4(which, rb, b + st, xb))
             + (rows4(which, rb, b + 2u * st, xb) + rows4(which, rb, b + 3u * st, xb));
@@ -272,6 +286,7 @@ fn sweep(which: u32, rb: vec4<u32>, nb: u32, xb: u32, b0: u32, st: u32) -> vec4<
     if (b < nb) {
         acc += rows4(which, rb, b, xb);
     }
+#endif
     return acc;
 }
 
@@ -357,7 +372,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let p = group_of(g % per_t);
     let r0 = p.gb * NR;
     let nb = P.row_blocks;
-    let total = wg_sum4(sweep(p.which, firsts(r0, p.m, nb), nb, t * nb, ln.lid, RED_WG), ln);
+    let total = wg_sum4(sweep(p.which, firsts(r0, p.m, nb), nb, t * (P.k / 32u), ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
         store4(p, t, r0, total);
     }
@@ -377,7 +392,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let r0 = (g % blocks) * NR;
     let t = g / blocks;
     let nb = P.row_blocks;
-    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * nb, ln.lid, RED_WG), ln);
+    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * (P.k / 32u), ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
@@ -420,7 +435,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let quad = lid / PER;
     let which = quad / 8u;
     let rb = firsts(r0 + 4u * (quad % 8u), m, nb);
-    glu_part[lid] = sweep(which, rb, nb, t * nb, lid % PER, PER);
+    glu_part[lid] = sweep(which, rb, nb, t * (P.k / 32u), lid % PER, PER);
     workgroupBarrier();
     if (lid < 64u) {
         var v = 0.0;

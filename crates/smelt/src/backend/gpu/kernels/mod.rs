@@ -304,6 +304,14 @@ impl ShaderFeatures {
         self.fast_math && matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0)
     }
 
+    /// Whether decode mat-vecs of weights of type `t` run on Q8-rounded
+    /// activations with integer dot products (`matvec_blocks`): the
+    /// repacked types and those it reads in their GGUF layout, in the
+    /// f32-activation mode.
+    pub fn dots(self, t: GgmlType) -> bool {
+        self.fast_math && matvec_blocks::DOT_TYPES.contains(&t)
+    }
+
     /// The prefill tile of `matmul_coop.wgsl` (rows × tokens) for these
     /// features.
     pub fn coop_tile(self, tile: matmul_coop::CoopTile) -> (usize, usize) {
