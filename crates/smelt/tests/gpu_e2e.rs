@@ -128,7 +128,9 @@ fn gpu_decode_is_one_submission_per_token() {
         next = argmax(s.decode(&Batch::sequence(&[next], np + i, 0)).unwrap());
         let after = s.model().backend_stats();
         assert_eq!(after.submissions - before.submissions, 1, "step {i}");
-        assert!(after.dispatches - before.dispatches > 30 * 10, "{after:?}");
+        // The whole token's work: at least 4 dispatches a layer of the 30
+        // (fused, Q4_1 decode is about 5.6).
+        assert!(after.dispatches - before.dispatches > 30 * 4, "{after:?}");
         eprintln!(
             "token {i}: {} submission, {} dispatches",
             after.submissions - before.submissions,
