@@ -86,7 +86,7 @@ fn greedy_prefixes(s: &mut Session, reference: &str) -> usize {
 /// the 8 prompts of each model: a faithful fast mode may part from ggml's
 /// rounding where two tokens are within a few hundredths of a nat.
 #[test]
-#[ignore = "known defect: 4 of 8 prompts in the fast mode since the merges of this stop; run with --ignored"]
+#[ignore = "known defect: 5 of 8 prompts in the fast mode (decode rounds activations to Q8 as llama.cpp does; prefill does not yet); run with --ignored"]
 fn smollm2_greedy_on_gpu_follows_llama_cpp() {
     let same = greedy_prefixes(
         &mut session(common::SMOLLM2, 1, &GpuOptions::default()),
