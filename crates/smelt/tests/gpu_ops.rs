@@ -278,12 +278,12 @@ fn gpu_dispatches(
 
 /// The weight types whose decode mat-vecs in the f32-activation mode take
 /// packed integer dot products on Q8-rounded activations, as llama.cpp's
-/// GPU ones do: every legacy quant and K-quant that `WEIGHT_TYPES` has.
-const DOT_TYPES: [GgmlType; 8] = [
+/// GPU ones do: every legacy quant and K-quant that `WEIGHT_TYPES` has but
+/// Q5_0 (held back, see `matvec_blocks::DOT_TYPES`).
+const DOT_TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::Q8_0,
     GgmlType::Q4_1,
-    GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
@@ -1308,9 +1308,14 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                     be.matmul(p(wd), act, p(proj))?;
                     be.add(p(r), p(proj), p(sum))
                 };
-                for (name, out, tol) in
-                    [("act", act, 1e-10), ("down", proj, tol), ("sum", sum, tol)]
-                {
+                // GELU's f16-rounded output may land one f16 step from
+                // the CPU's at a tie (about one element in a thousand).
+                let act_tol = if gelu { 2e-9 } else { 1e-10 };
+                for (name, out, tol) in [
+                    ("act", act, act_tol),
+                    ("down", proj, tol),
+                    ("sum", sum, tol),
+                ] {
                     let what = format!("glu(gelu {gelu})+matmul+add {t} k={k} n={n}: {name}");
                     b.check(&what, tol, out, glu_down_add);
                 }

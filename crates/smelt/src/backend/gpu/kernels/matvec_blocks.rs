@@ -15,12 +15,14 @@ use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, WG_ROW, r, r
 const SOURCE: &str = include_str!("matvec_blocks.wgsl");
 const GGUF: &str = include_str!("matvec_blocks_gguf.wgsl");
 
-/// The weight types it takes (`ShaderFeatures::dots`).
-pub const DOT_TYPES: [GgmlType; 8] = [
+/// The weight types it takes (`ShaderFeatures::dots`). Q5_0 is left out:
+/// its kernel gives wrong sums on short rows (a synthetic Gemma 3 with
+/// 64- and 96-wide Q5_0 rows, tests/gemma3_forward.rs), so it keeps the
+/// f32 mat-vec until that is found.
+pub const DOT_TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::Q8_0,
     GgmlType::Q4_1,
-    GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
