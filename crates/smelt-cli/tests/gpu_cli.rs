@@ -95,7 +95,9 @@ fn bench_on_gpu_reports_work_per_token() {
     assert_eq!(rows[1]["submissions_per_token"].as_f64(), Some(1.0));
     assert_eq!(rows[0]["submissions_per_token"].as_f64(), Some(0.125));
     let d = rows[1]["dispatches_per_token"].as_f64().unwrap();
-    assert!(d >= 30.0 * 10.0 && d.fract() == 0.0, "dispatches/token {d}");
+    // At least 4 per layer (SmolLM2 has 30): the fused decode of norm +
+    // Q/K/V, attention, output + add, and the FFN.
+    assert!(d >= 30.0 * 4.0 && d.fract() == 0.0, "dispatches/token {d}");
 }
 
 /// `--device N` alone selects that GPU adapter; with `--backend cpu` it is
