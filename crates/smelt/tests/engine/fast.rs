@@ -289,6 +289,75 @@ fn attention_sweep() {
     }
 }
 
+/// A sequence's attention rows get the same bits batched with another
+/// sequence as alone: the tiles are chosen per sequence (here one of 70
+/// rows, which tiles, beside one of 30, which does not), not per batch.
+#[test]
+fn attention_rows_are_batch_invariant() {
+    use smelt::backend::cpu::{CpuOptions, Isa};
+    let mut rng = StdRng::seed_from_u64(15);
+    let (hq, hk, hd, ctx) = (6, 2, 32, 128);
+    let runs = [(0, 70), (1, 30)];
+    let kv = random(&mut rng, 2 * ctx * hk * hd);
+    let vv = random(&mut rng, 2 * ctx * hk * hd);
+    let n: usize = runs.iter().map(|r| r.1).sum();
+    let qv = random(&mut rng, n * hq * hd);
+    let p = AttentionParams {
+        n_heads: hq,
+        n_kv_heads: hk,
+        head_dim: hd,
+        scale: 1.0 / (hd as f32).sqrt(),
+        ctx,
+        window: None,
+        softcap: None,
+    };
+    // Attention of runs of `(slot, rows)` (positions 5.. each) on `q`.
+    let run = |b: &mut dyn Backend, rows: &[(i32, usize)], q: &[f32]| {
+        let k32 = f32s(b, 2 * ctx, hk * hd, &kv);
+        let v32 = f32s(b, 2 * ctx, hk * hd, &vv);
+        let k = b.alloc(GgmlType::F16, 2 * ctx, hk * hd).unwrap();
+        let v = b.alloc(GgmlType::F16, 2 * ctx, hk * hd).unwrap();
+        b.copy(k32, k).unwrap();
+        b.copy(v32, v).unwrap();
+        let posv: Vec<i32> = rows
+            .iter()
+            .flat_map(|&(_, len)| 5..5 + len as i32)
+            .collect();
+        let seqv: Vec<i32> = rows
+            .iter()
+            .flat_map(|&(seq, len)| std::iter::repeat_n(seq, len))
+            .collect();
+        let m = posv.len();
+        let q = f32s(b, m, hq * hd, q);
+        let (pos, seq) = (i32s(b, &posv), i32s(b, &seqv));
+        let out = b.alloc(GgmlType::F32, m, hq * hd).unwrap();
+        poison(b, out);
+        b.attention(q, k, v, pos, seq, &p, out).unwrap();
+        b.read_f32(out).unwrap()
+    };
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    for isa in Isa::available() {
+        let options = CpuOptions {
+            threads: 3,
+            exact: false,
+            isa,
+        };
+        let mut f = CpuBackend::with_options(&options).unwrap();
+        let batched = run(&mut f, &runs, &qv);
+        let mut at = 0;
+        for &(seq, len) in &runs {
+            let cols = hq * hd;
+            let alone = run(&mut f, &[(seq, len)], &qv[at * cols..(at + len) * cols]);
+            assert_eq!(
+                bits(&batched[at * cols..(at + len) * cols]),
+                bits(&alone),
+                "{isa:?}: sequence {seq} ({len} rows) batched and alone"
+            );
+            at += len;
+        }
+    }
+}
+
 #[test]
 fn rope_sweep() {
     let mut rng = StdRng::seed_from_u64(12);

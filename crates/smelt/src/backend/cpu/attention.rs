@@ -14,7 +14,11 @@
 //! bound it), and buys llama.cpp's numbers: a small quantized model's
 //! greedy choices depend on them (see `q8`). From 64 rows llama.cpp tiles
 //! its attention in f32, and so does the fast mode here
-//! ([`super::attention_tiled`]); the exact mode keeps the one-row order.
+//! ([`super::attention_tiled`]) for a sequence with at least that many rows
+//! in the batch; the exact mode keeps the one-row order. The choice is per
+//! sequence, not per batch, so that a row's numbers do not depend on the
+//! other sequences sharing its batch (a server's request answers the same
+//! alone and among others).
 //!
 //! Legend: `n` query rows, `hd` head dim, `s` span (visible positions).
 
@@ -47,8 +51,9 @@ fn row_block(rows: usize, n_kv: usize, threads: usize) -> usize {
 }
 
 /// Attention of `q` (`n × (H·hd)`) over the caches into `out`; `spans` is
-/// scratch for the validated `(base row, first, last)` of each query row.
-/// `exact` keeps ggml's one-row order for every batch.
+/// scratch for the validated `(base row, first, last)` of each query row,
+/// `tiled` for whether it takes the tiles. `exact` keeps ggml's one-row
+/// order for every batch.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     pool: &mut ThreadPool,
@@ -56,6 +61,7 @@ pub fn attention(
     exact: bool,
     scratch: &[Mutex<super::matmul::Scratch>],
     spans: &mut Vec<(usize, usize, usize)>,
+    tiled: &mut Vec<bool>,
     q: &[f32],
     k: Rows,
     v: Rows,
@@ -70,13 +76,28 @@ pub fn attention(
     for (&ps, &sq) in pos.iter().zip(seq) {
         spans.push(attention_span(p, cache_rows, ps, sq)?);
     }
+    // Each run of one sequence's rows (one cache base) takes the tiles when
+    // it is at least MIN_ROWS long.
+    tiled.clear();
+    let mut start = 0;
+    while start < spans.len() {
+        let base = spans[start].0;
+        let end = (start..spans.len())
+            .find(|&r| spans[r].0 != base)
+            .unwrap_or(spans.len());
+        tiled.extend(std::iter::repeat_n(
+            !exact && end - start >= MIN_ROWS,
+            end - start,
+        ));
+        start = end;
+    }
     let job = Job {
         q,
         k,
         v,
         spans,
         p,
-        tiled: !exact && spans.len() >= MIN_ROWS,
+        tiled,
         out: SharedMut::new(out),
     };
     let n_kv = p.n_kv_heads;
@@ -101,8 +122,8 @@ struct Job<'a> {
     v: Rows<'a>,
     spans: &'a [(usize, usize, usize)],
     p: &'a AttentionParams,
-    /// Whether items take [`tiled`]'s f32 tiles.
-    tiled: bool,
+    /// Per row: whether it takes [`tiled`]'s f32 tiles.
+    tiled: &'a [bool],
     /// `n × (H·hd)`; each item writes its row's heads of its group.
     out: SharedMut<f32>,
 }
@@ -120,11 +141,28 @@ fn widen(src: Rows, at: usize, dst: &mut [f32]) {
     }
 }
 
+/// An item's rows, in runs that take the tiles or the one-row order.
 #[inline(always)]
 fn item_generic<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) {
-    if job.tiled {
-        return tiled_item::<M>(job, rows, kv_head, buf);
+    let mut start = rows.start;
+    while start < rows.end {
+        let tiled = job.tiled[start];
+        let end = (start..rows.end)
+            .find(|&r| job.tiled[r] != tiled)
+            .unwrap_or(rows.end);
+        if tiled {
+            tiled_item::<M>(job, start..end, kv_head, buf);
+        } else {
+            one_row_item::<M>(job, start..end, kv_head, buf);
+        }
+        start = end;
     }
+}
+
+/// Rows in ggml's one-row order, each over its span's keys and values,
+/// widened once for consecutive rows of one sequence.
+#[inline(always)]
+fn one_row_item<M: Madd>(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) {
     let p = job.p;
     let hd = p.head_dim;
     let kv_cols = p.n_kv_heads * hd;

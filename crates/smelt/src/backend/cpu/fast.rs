@@ -37,6 +37,8 @@ pub struct Fast {
     /// ... and in Q8_K blocks (K-quants).
     q8k: Q8KActs,
     spans: Vec<(usize, usize, usize)>,
+    /// Attention scratch: whether each query row takes the tiles.
+    tiled: Vec<bool>,
     /// RoPE's (cos, sin) per row and pair.
     rope_table: Vec<f32>,
 }
@@ -53,6 +55,7 @@ impl Fast {
             q8: Q8Acts::default(),
             q8k: Q8KActs::default(),
             spans: Vec::new(),
+            tiled: Vec::new(),
             rope_table: Vec::new(),
         })
     }
@@ -177,6 +180,7 @@ impl Fast {
             self.exact,
             &self.scratch,
             &mut self.spans,
+            &mut self.tiled,
             q,
             k,
             v,

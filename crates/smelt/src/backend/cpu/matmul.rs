@@ -246,6 +246,13 @@ fn item_generic<M: Madd>(
         Acts::Q8(x) if xrows.len() <= 2 && q8_decode::has_raw_kernel::<M>() => {
             // Decode: each weight block is used once or twice, so the
             // kernel reads the GGUF blocks as they are instead of unpacking.
+            // The fast mode sums in its prefill GEMM's order, so that a
+            // row's numbers do not depend on how many rows share the batch.
+            let order = if !job.exact && gemm8::has_kernel::<M>() && gemm8::has_path(job.dtype) {
+                q8_decode::SumOrder::Blocks
+            } else {
+                q8_decode::SumOrder::Ggml
+            };
             let nb = k / q8::QK8;
             for i in xrows {
                 let xr = (
@@ -259,8 +266,8 @@ fn item_generic<M: Madd>(
                     &store,
                     i,
                     true,
-                    |ws| q8_decode::raw_dots::<M, WR>(job.dtype, xr, ws),
-                    |w| q8_decode::raw_dots::<M, 1>(job.dtype, xr, w),
+                    |ws| q8_decode::raw_dots::<M, WR>(job.dtype, order, xr, ws),
+                    |w| q8_decode::raw_dots::<M, 1>(job.dtype, order, xr, w),
                 );
             }
         }

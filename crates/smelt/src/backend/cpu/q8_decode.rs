@@ -3,17 +3,34 @@
 //! decode uses each weight block once or twice, so unpacking it first
 //! ([`super::q8::Unpacked`]) would cost more than the dot product.
 //!
-//! The numbers are [`super::q8::tile`]'s after unpacking, bit for bit: ggml's
-//! `vec_dot` order, with per block the same 8 integer lanes (lane `l` sums
-//! products `4l..4l+3`, the weight quant as ggml's value: Q4_0 `q − 8`,
-//! Q5_0 `q − 16`, the others as stored) and `acc = fma(d_w·d_x, lane,
-//! acc)`; Q4_1 and Q5_1 add `m_w·s_x` per block in a scalar `fma`.
+//! Two f32 orders over the same exact integer block sums ([`SumOrder`]):
+//!
+//! - `Ggml`: [`super::q8::tile`]'s numbers after unpacking, bit for bit:
+//!   ggml's `vec_dot` order, with per block the same 8 integer lanes (lane
+//!   `l` sums products `4l..4l+3`, the weight quant as ggml's value: Q4_0
+//!   `q − 8`, Q5_0 `q − 16`, the others as stored) and `acc = fma(d_w·d_x,
+//!   lane, acc)`; Q4_1 and Q5_1 add `m_w·s_x` per block in a scalar `fma`.
+//! - `Blocks`: [`super::gemm8`]'s numbers, bit for bit: per block the whole
+//!   integer sum, then `acc = fma(d_w·d_x, isum, acc)` (and Q5_1's
+//!   `acc = fma(m_w, s_x, acc)`). The fast mode decodes in this order
+//!   wherever its prefill runs `gemm8`, so that a row's logits do not depend
+//!   on how many rows share its batch (a server's answer to a request is
+//!   the same alone and among others).
 
 use super::simd::Madd;
 use crate::quant::GgmlType;
 
 /// A Q8 activation row: quants, scales, `d·Σq` per block.
 pub type XRow<'a> = (&'a [i8], &'a [f32], &'a [f32]);
+
+/// The f32 order in which block sums are scaled and added (module docs).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SumOrder {
+    /// ggml's `vec_dot`: 8 lanes a block, summed at the end.
+    Ggml,
+    /// `gemm8`'s: one integer sum a block, added in block order.
+    Blocks,
+}
 
 /// Whether [`raw_dots`] has a kernel for this entry point (AVX2 only; the
 /// portable path unpacks).
@@ -23,17 +40,23 @@ pub fn has_raw_kernel<M: Madd>() -> bool {
 }
 
 /// One Q8 activation row against `C` weight rows still in their GGUF
-/// blocks: the same numbers as `q8::tile` after `Unpacked::unpack`.
-/// Only when [`has_raw_kernel`].
+/// blocks, in `order`: `Ggml` gives `q8::tile`'s numbers after
+/// `Unpacked::unpack`, `Blocks` `gemm8::group`'s (Q4_0, Q5_0, Q5_1 and
+/// Q8_0 only). Only when [`has_raw_kernel`].
 #[inline(always)]
-pub fn raw_dots<M: Madd, const C: usize>(dtype: GgmlType, x: XRow, ws: [&[u8]; C]) -> [f32; C] {
+pub fn raw_dots<M: Madd, const C: usize>(
+    dtype: GgmlType,
+    order: SumOrder,
+    x: XRow,
+    ws: [&[u8]; C],
+) -> [f32; C] {
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2, FMA and F16C.
-        return unsafe { avx2::raw_dots(dtype, x, ws) };
+        return unsafe { avx2::raw_dots(dtype, order, x, ws) };
     }
-    let _ = (dtype, x, ws);
+    let _ = (dtype, order, x, ws);
     unreachable!("raw_dots without has_raw_kernel")
 }
 
@@ -41,7 +64,7 @@ pub fn raw_dots<M: Madd, const C: usize>(dtype: GgmlType, x: XRow, ws: [&[u8]; C
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, XRow};
+    use super::{GgmlType, SumOrder, XRow};
     use crate::backend::cpu::q8::QK8;
     use crate::backend::cpu::simd::{LANES, hsum};
 
@@ -49,11 +72,37 @@ mod avx2 {
     /// sign moves onto x (exact: |w| ≤ 128 and |x| ≤ 127 keep each pair sum
     /// within i16). Then `madd` against ones sums the pairs into 8 lanes.
     #[inline(always)]
-    fn lanes(w: __m256i, x: __m256i) -> __m256 {
+    fn lanes(w: __m256i, x: __m256i) -> __m256i {
         // SAFETY: only called from functions compiled with AVX2.
         unsafe {
             let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-            _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+            _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+        }
+    }
+
+    /// The 8 i32 lanes of each of 4 vectors summed (exact integers): lane
+    /// `c` of the result is `v[c]`'s total.
+    #[inline(always)]
+    fn totals4(v: [__m256i; 4]) -> __m128i {
+        // SAFETY: only called from functions compiled with AVX2.
+        unsafe {
+            let pairs =
+                _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+            _mm_add_epi32(
+                _mm256_castsi256_si128(pairs),
+                _mm256_extracti128_si256::<1>(pairs),
+            )
+        }
+    }
+
+    /// The 8 i32 lanes of `v` summed (exact integers).
+    #[inline(always)]
+    fn total(v: __m256i) -> i32 {
+        // SAFETY: only called from functions compiled with AVX2.
+        unsafe {
+            let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+            let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+            _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
         }
     }
 
@@ -61,14 +110,24 @@ mod avx2 {
     /// The CPU must have AVX2, FMA and F16C; `dtype` is a 32-value block
     /// type of the Q8 path.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn raw_dots<const C: usize>(dtype: GgmlType, x: XRow, ws: [&[u8]; C]) -> [f32; C] {
-        // One body per type, so the inner loop does not branch on it.
-        match dtype {
-            GgmlType::Q4_0 => raw_dots_of::<C, Q4_0>(x, ws),
-            GgmlType::Q4_1 => raw_dots_of::<C, Q4_1>(x, ws),
-            GgmlType::Q5_0 => raw_dots_of::<C, Q5_0>(x, ws),
-            GgmlType::Q5_1 => raw_dots_of::<C, Q5_1>(x, ws),
-            _ => raw_dots_of::<C, Q8_0>(x, ws),
+    pub unsafe fn raw_dots<const C: usize>(
+        dtype: GgmlType,
+        order: SumOrder,
+        x: XRow,
+        ws: [&[u8]; C],
+    ) -> [f32; C] {
+        // One body per type and order, so the inner loop does not branch
+        // on them. Q4_1 has no `gemm8` path and so only ggml's order.
+        match (dtype, order) {
+            (GgmlType::Q4_0, SumOrder::Ggml) => raw_dots_of::<C, Q4_0, false>(x, ws),
+            (GgmlType::Q4_0, SumOrder::Blocks) => raw_dots_of::<C, Q4_0, true>(x, ws),
+            (GgmlType::Q4_1, _) => raw_dots_of::<C, Q4_1, false>(x, ws),
+            (GgmlType::Q5_0, SumOrder::Ggml) => raw_dots_of::<C, Q5_0, false>(x, ws),
+            (GgmlType::Q5_0, SumOrder::Blocks) => raw_dots_of::<C, Q5_0, true>(x, ws),
+            (GgmlType::Q5_1, SumOrder::Ggml) => raw_dots_of::<C, Q5_1, false>(x, ws),
+            (GgmlType::Q5_1, SumOrder::Blocks) => raw_dots_of::<C, Q5_1, true>(x, ws),
+            (_, SumOrder::Ggml) => raw_dots_of::<C, Q8_0, false>(x, ws),
+            (_, SumOrder::Blocks) => raw_dots_of::<C, Q8_0, true>(x, ws),
         }
     }
 
@@ -85,7 +144,10 @@ mod avx2 {
     const QH_AT: [usize; 5] = [0, 0, 2, 4, 0];
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn raw_dots_of<const C: usize, const T: u8>(x: XRow, ws: [&[u8]; C]) -> [f32; C] {
+    fn raw_dots_of<const C: usize, const T: u8, const BLOCKS: bool>(
+        x: XRow,
+        ws: [&[u8]; C],
+    ) -> [f32; C] {
         let (bytes, at) = (BYTES[T as usize], QS_AT[T as usize]);
         let with_min = T == Q4_1 || T == Q5_1;
         let five = T == Q5_0 || T == Q5_1;
@@ -111,6 +173,9 @@ mod avx2 {
         let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201_u64 as i64);
         let mut acc = [_mm256_setzero_ps(); C];
         let mut mins = [0f32; C];
+        // `Blocks`: one accumulator per row (C = 4: the 4 rows' lanes).
+        let mut acc4 = _mm_setzero_ps();
+        let mut acc1 = [0f32; C];
         // Every pointer read below is at block b < nb of a row that holds
         // nb blocks (asserted above), within the block's bytes; the reads
         // and loads are unaligned ones.
@@ -135,15 +200,24 @@ mod avx2 {
                 std::array::from_fn(|c| unsafe { ws[c].as_ptr().add(b * bytes) });
             // The C scales times x's: one conversion and one multiply for 4
             // rows, each lane then broadcast.
+            // The 4 rows' f16 at byte `i` of their blocks, as f32.
+            let halves4 = |i: usize| {
+                // SAFETY: see above (a block's scale or minimum).
+                let h = |c: usize| unsafe { blk[c].add(i).cast::<i16>().read_unaligned() };
+                _mm_cvtph_ps(_mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0))
+            };
+            let d4 = if C == 4 {
+                _mm_mul_ps(halves4(0), _mm_set1_ps(xd))
+            } else {
+                _mm_setzero_ps()
+            };
             let dd: [__m256; C] = if C == 4 {
-                // SAFETY: see above (the block's scale).
-                let h = |c: usize| unsafe { blk[c].cast::<i16>().read_unaligned() };
-                let h = _mm_setr_epi16(h(0), h(1), h(2), h(3), 0, 0, 0, 0);
-                let d = _mm256_castps128_ps256(_mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(xd)));
+                let d = _mm256_castps128_ps256(d4);
                 std::array::from_fn(|c| _mm256_permutevar8x32_ps(d, _mm256_set1_epi32(c as i32)))
             } else {
                 std::array::from_fn(|c| _mm256_set1_ps(_mm_cvtss_f32(half(blk[c])) * xd))
             };
+            let mut sums = [_mm256_setzero_si256(); C];
             for c in 0..C {
                 let q = if T == Q8_0 {
                     // SAFETY: see above (the block's 32 quants).
@@ -177,15 +251,51 @@ mod avx2 {
                     if T == Q4_0 || T == Q5_0 {
                         pairs = _mm256_sub_epi16(pairs, off);
                     }
-                    _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones))
+                    _mm256_madd_epi16(pairs, ones)
                 };
-                acc[c] = _mm256_fmadd_ps(dd[c], l, acc[c]);
+                if BLOCKS {
+                    sums[c] = l;
+                    continue;
+                }
+                acc[c] = _mm256_fmadd_ps(dd[c], _mm256_cvtepi32_ps(l), acc[c]);
                 if with_min {
                     // SAFETY: see above (x's sum and the block's minimum).
                     let (s, m) = unsafe { (*x.2.get_unchecked(b), blk[c].add(2)) };
                     mins[c] = _mm_cvtss_f32(half(m)).mul_add(s, mins[c]);
                 }
             }
+            if BLOCKS {
+                // gemm8's order: d_w·d_x times the block's integer sum, then
+                // Q5_1's m_w·s_x, each in one fma (|isum| < 2^24: exact).
+                // SAFETY: see above (x's sum).
+                let xs = unsafe { *x.2.get_unchecked(b) };
+                if C == 4 {
+                    let isum = _mm_cvtepi32_ps(totals4(std::array::from_fn(|c| sums[c])));
+                    acc4 = _mm_fmadd_ps(d4, isum, acc4);
+                    if with_min {
+                        acc4 = _mm_fmadd_ps(halves4(2), _mm_set1_ps(xs), acc4);
+                    }
+                } else {
+                    for c in 0..C {
+                        let d = _mm_cvtss_f32(half(blk[c])) * xd;
+                        acc1[c] = d.mul_add(total(sums[c]) as f32, acc1[c]);
+                        if with_min {
+                            // SAFETY: see above (the block's minimum).
+                            let m = _mm_cvtss_f32(half(unsafe { blk[c].add(2) }));
+                            acc1[c] = m.mul_add(xs, acc1[c]);
+                        }
+                    }
+                }
+            }
+        }
+        if BLOCKS {
+            if C == 4 {
+                let mut v = [0f32; 4];
+                // SAFETY: `v` is 4 writable f32s; storeu needs no alignment.
+                unsafe { _mm_storeu_ps(v.as_mut_ptr(), acc4) };
+                return std::array::from_fn(|c| v[c]);
+            }
+            return acc1;
         }
         let mut out = [0f32; C];
         for c in 0..C {

@@ -141,3 +141,50 @@ fn q8_matmuls_match_the_block_sums() {
     }
     eprintln!("largest error: {worst_err:.3} of the tolerance");
 }
+
+/// A row's outputs do not depend on the rows it shares a matmul with:
+/// decode items (1 or 2 activation rows), the prefill GEMM's items and
+/// their tails give each row the bits it gets alone, in both modes and on
+/// each instruction set. A server relies on it: a request's answer is the
+/// same alone and batched with others.
+#[test]
+fn q8_rows_are_batch_invariant() {
+    let mut pool = ThreadPool::new(2).unwrap();
+    let scratch: Vec<Mutex<Scratch>> = (0..2).map(|_| Mutex::default()).collect();
+    let (m, k) = (13, 576);
+    for (t, dtype) in TYPES.into_iter().enumerate() {
+        let w = weights(dtype, m, k, 7 * t as u64 + 1);
+        for isa in Isa::available() {
+            for exact in [false, true] {
+                let run = |pool: &mut ThreadPool, x: &[f32], n: usize| {
+                    let mut qa = Q8Acts::default();
+                    qa.quantize(isa, x);
+                    let mut out = vec![f32::NAN; n * m];
+                    let inputs = Inputs {
+                        f32: &[],
+                        q8: Some(&qa),
+                        q8k: None,
+                    };
+                    matmul(
+                        pool, isa, exact, &scratch, &w, dtype, k, n, inputs, &mut out,
+                    )
+                    .unwrap();
+                    out
+                };
+                for n in [2, 3, 5, 9, X_BLOCK + 1, X_BLOCK + 2] {
+                    let x = acts(n, k, 100 + n as u64);
+                    let batched = run(&mut pool, &x, n);
+                    for i in 0..n {
+                        let alone = run(&mut pool, &x[i * k..(i + 1) * k], 1);
+                        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&batched[i * m..(i + 1) * m]),
+                            bits(&alone),
+                            "{dtype:?} {isa:?} exact {exact}: row {i} of {n}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

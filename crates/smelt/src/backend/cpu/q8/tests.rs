@@ -131,6 +131,7 @@ fn avx2_kernels_match_the_portable_tile() {
                 let raw = |c: usize| &w[c * rb..(c + 1) * rb];
                 let got = q8_decode::raw_dots::<Avx2Fma, 4>(
                     dtype,
+                    q8_decode::SumOrder::Ggml,
                     xraw(i),
                     [raw(j), raw(j + 1), raw(j + 2), raw(j + 3)],
                 );
