@@ -15,8 +15,9 @@
 //! ```
 //!
 //! `S` and `M` are exact integers (`S − M` one sum where `dmin = d`); only
-//! the f32 order differs from ggml's ([`super::kdot`] keeps that, for decode
-//! and the exact mode), as in `gemm8`.
+//! the f32 order differs from ggml's (which [`super::kdot::dots`] keeps for
+//! the exact mode), as in `gemm8`. Decode takes this order too
+//! ([`super::kdot::dots_in_gemmk_order`]).
 //!
 //! Per word, `maddubs` pairs stay in i16 for a run of words (`span`: as
 //! many as keep `2·span·u_max·127` within i16), then one `madd` against

@@ -1,12 +1,17 @@
-//! K-quant dot products (Q2_K..Q6_K weights with Q8_K activations) the way
-//! ggml's AVX2 `ggml_vec_dot_q*_K_q8_K` compute them: the same integers in
-//! the same 8 lanes, scaled and summed in the same f32 order, so results
-//! are bit for bit llama.cpp's where it takes that path.
+//! K-quant dot products (Q2_K..Q6_K weights with Q8_K activations) on the
+//! GGUF blocks in place, in one of two f32 orders:
+//! - [`dots`]: the way ggml's AVX2 `ggml_vec_dot_q*_K_q8_K` compute them,
+//!   the same integers in the same 8 lanes, scaled and summed in the same
+//!   f32 order, so results are bit for bit llama.cpp's where it takes that
+//!   path. The exact mode and CPUs without AVX2 (decode and prefill).
+//! - [`dots_in_gemmk_order`]: the same integers summed per super-block and
+//!   scaled as [`super::gemmk`]'s prefill GEMM does, bit for bit its
+//!   outputs. The fast mode's decode on AVX2, so that a row's result does
+//!   not depend on how many rows share its matmul.
 //!
-//! Used for decode (the weights stream from memory once, read in place)
-//! and, in the exact mode or without AVX2, for prefill. Per super-block of
-//! 256 values, with lane `l` of a 32-value chunk holding products
-//! `4l..4l+3`:
+//! Decode streams the weights from memory once, so both read them in
+//! place. ggml's order, per super-block of 256 values, with lane `l` of a
+//! 32-value chunk holding products `4l..4l+3`:
 //!
 //! ```text
 //! sumi[l] = Σ_chunks sc(chunk, l) · Σ_{p=4l..4l+3} q[p] · x[p]     (exact integers)
@@ -40,17 +45,11 @@ pub fn has_path(dtype: GgmlType) -> bool {
 }
 
 /// `C` dot products of one Q8_K row with weight rows in their GGUF blocks,
-/// each `nb` super-blocks of `dtype` (a type [`has_path`] accepts).
+/// each `nb` super-blocks of `dtype` (a type [`has_path`] accepts), in
+/// ggml's order.
 #[inline(always)]
 pub fn dots<M: Madd, const C: usize>(dtype: GgmlType, x: Q8KRow, ws: [&[u8]; C]) -> [f32; C] {
-    let nb = x.d.len();
-    assert!(
-        x.qs.len() >= nb * QK_K
-            && x.bsums16.len() >= nb * 16
-            && x.bsums32.len() >= nb * 8
-            && ws.iter().all(|w| w.len() >= nb * dtype.type_size()),
-        "rows shorter than their blocks"
-    );
+    check_rows(dtype, x, &ws);
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
@@ -59,6 +58,41 @@ pub fn dots<M: Madd, const C: usize>(dtype: GgmlType, x: Q8KRow, ws: [&[u8]; C])
         return std::array::from_fn(|c| unsafe { super::kdot_avx2::dot(dtype, x, ws[c]) });
     }
     std::array::from_fn(|c| dot_portable::<M>(dtype, x, ws[c]))
+}
+
+/// [`dots`] in [`super::gemmk`]'s order: each equals the output gemmk
+/// gives the pair, bit for bit, so a row's result does not depend on how
+/// many rows share its matmul. Only where [`gemmk::has_kernel`] (AVX2).
+///
+/// [`gemmk::has_kernel`]: super::gemmk::has_kernel
+#[inline(always)]
+pub fn dots_in_gemmk_order<M: Madd, const C: usize>(
+    dtype: GgmlType,
+    x: Q8KRow,
+    ws: [&[u8]; C],
+) -> [f32; C] {
+    check_rows(dtype, x, &ws);
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX2 {
+        // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
+        // run after the CPU reported AVX2, FMA and F16C; the lengths are
+        // checked above.
+        return unsafe { super::kdot_avx2::dots_in_gemmk_order(dtype, x, ws) };
+    }
+    unreachable!("kdot::dots_in_gemmk_order without gemmk::has_kernel")
+}
+
+/// Panics unless `x` and each of `ws` hold `x.d.len()` super-blocks.
+#[inline(always)]
+fn check_rows(dtype: GgmlType, x: Q8KRow, ws: &[&[u8]]) {
+    let nb = x.d.len();
+    assert!(
+        x.qs.len() >= nb * QK_K
+            && x.bsums16.len() >= nb * 16
+            && x.bsums32.len() >= nb * 8
+            && ws.iter().all(|w| w.len() >= nb * dtype.type_size()),
+        "rows shorter than their blocks"
+    );
 }
 
 /// One dot product, lane by lane (rows checked by the caller).
@@ -380,6 +414,70 @@ pub(super) mod tests {
                             }
                             let err = (f64::from(got) - want).abs();
                             assert!(err <= TOL * scale, "{dtype:?} {isa:?}: {got} vs {want}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// On AVX2, [`dots_in_gemmk_order`] gives every pair the bits
+    /// [`gemmk::group`] gives it, 4 weight rows at a time and one: each
+    /// type, 1 and 3 super-blocks, weight rows past a group of 8, and
+    /// activation rows that gemmk takes 4 at a time and one.
+    ///
+    /// [`gemmk::group`]: super::super::gemmk::group
+    #[test]
+    fn gemmk_order_gives_gemmks_bits() {
+        use crate::backend::cpu::gemmk::{self, KInterleaved};
+        use crate::backend::cpu::simd::Avx2Fma;
+        if Isa::detect() != Isa::Avx2 {
+            return;
+        }
+        let (m, n) = (11, 5);
+        for (t, dtype) in TYPES.into_iter().enumerate() {
+            for k in [QK_K, 3 * QK_K] {
+                let seed = 7 * t as u64 + k as u64;
+                let w = weights(dtype, m, k, seed);
+                let rb = w.len() / m;
+                let row = |j: usize| &w[j * rb..(j + 1) * rb];
+                let mut qa = Q8KActs::default();
+                qa.quantize(Isa::Avx2, &acts(n, k, seed + 1));
+                let mut kw = KInterleaved::default();
+                kw.unpack::<Avx2Fma>(dtype, &w, k / QK_K);
+                let mut want = vec![f32::NAN; kw.groups * n * gemmk::ROWS];
+                for (g, out) in want.chunks_exact_mut(n * gemmk::ROWS).enumerate() {
+                    gemmk::group::<Avx2Fma>(&kw, g, &qa, k, 0..n, out);
+                }
+                // gemmk's output of activation row i, weight row j.
+                let want = |i: usize, j: usize| {
+                    let (g, c) = (j / gemmk::ROWS, j % gemmk::ROWS);
+                    want[(g * n + i) * gemmk::ROWS + c]
+                };
+                for i in 0..n {
+                    let x = qa.row(i, k);
+                    for j in 0..m {
+                        let one = dots_in_gemmk_order::<Avx2Fma, 1>(dtype, x, [row(j)])[0];
+                        assert_eq!(
+                            one.to_bits(),
+                            want(i, j).to_bits(),
+                            "{dtype:?} k {k} row {i}·{j}: {one} vs gemmk's {}",
+                            want(i, j)
+                        );
+                    }
+                    for j in (0..m - 3).step_by(4) {
+                        let four = dots_in_gemmk_order::<Avx2Fma, 4>(
+                            dtype,
+                            x,
+                            [row(j), row(j + 1), row(j + 2), row(j + 3)],
+                        );
+                        for (c, got) in four.iter().enumerate() {
+                            assert_eq!(
+                                got.to_bits(),
+                                want(i, j + c).to_bits(),
+                                "{dtype:?} k {k} row {i}·{}, 4 at a time",
+                                j + c
+                            );
                         }
                     }
                 }

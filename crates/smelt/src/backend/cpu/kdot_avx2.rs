@@ -2,7 +2,9 @@
 //! of 32 weight values (unsigned bytes) against 32 Q8_K quants by
 //! `maddubs` (pairs into i16, no saturation at these ranges), then `madd`
 //! against the sub-block scales in i16 (pairs into the 8 i32 lanes), which
-//! is exactly the portable lanes' arithmetic.
+//! is exactly the portable lanes' arithmetic. Each type's super-block gives
+//! its integers ([`Block::sums`]); ggml's order scales the lanes in f32,
+//! gemmk's sums them first (exact) and scales the rows' totals.
 #![cfg(target_arch = "x86_64")]
 
 use std::arch::x86_64::*;
@@ -23,10 +25,45 @@ pub unsafe fn dot(dtype: GgmlType, x: Q8KRow, w: &[u8]) -> f32 {
     unsafe {
         match dtype {
             GgmlType::Q2_K => dot_q2_k(w, x),
-            GgmlType::Q3_K => dot_q3_k(w, x),
+            GgmlType::Q3_K => dot_folded::<Q3K>(w, x),
             GgmlType::Q4_K => dot_q4_k(w, x),
             GgmlType::Q5_K => dot_q5_k(w, x),
-            _ => dot_q6_k(w, x),
+            _ => dot_folded::<Q6K>(w, x),
+        }
+    }
+}
+
+/// `C` dot products as [`super::gemmk`] sums them, bit for bit (`ws`
+/// hold `x.d.len()` super-blocks of `dtype`): per super-block `b`, gemmk's
+/// exact `S` and `M` and its `fma`s on one accumulator per row,
+///
+/// ```text
+/// acc = fma(−(dmin·x.d[b]), M, acc); acc = fma(d·x.d[b], S, acc)   (Q2_K, Q4_K, Q5_K)
+/// acc = fma(d·x.d[b], S − M, acc)                                  (Q3_K, Q6_K)
+/// ```
+///
+/// # Safety
+/// As [`dot`]'s, for each row of `ws`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dots_in_gemmk_order<const C: usize>(
+    dtype: GgmlType,
+    x: Q8KRow,
+    ws: [&[u8]; C],
+) -> [f32; C] {
+    // SAFETY: as the caller promises.
+    unsafe {
+        match dtype {
+            GgmlType::Q2_K => gemmk_order::<Q2K, C>(x, ws),
+            GgmlType::Q3_K => gemmk_order::<Q3K, C>(x, ws),
+            GgmlType::Q4_K => gemmk_order::<Q4K, C>(x, ws),
+            GgmlType::Q5_K => gemmk_order::<Q5K, C>(x, ws),
+            // Q6_K's 4-row body spills its registers: two rows at a time.
+            _ if C == 4 => {
+                let pair = |a: usize| gemmk_order::<Q6K, 2>(x, [ws[a], ws[a + 1]]);
+                let (lo, hi) = (pair(0), pair(2));
+                std::array::from_fn(|c| if c < 2 { lo[c] } else { hi[c - 2] })
+            }
+            _ => gemmk_order::<Q6K, C>(x, ws),
         }
     }
 }
@@ -107,58 +144,93 @@ unsafe fn twice(v: __m128i) -> __m256i {
     unsafe { _mm256_set_m128i(v, v) }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q2_k(w: &[u8], x: Q8KRow) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
-    let m15 = _mm_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..x.d.len() {
-        // SAFETY (all block and row reads below): super-block i < nb of
-        // rows that hold nb (the caller's promise).
+/// A super-block's exact integers in 8 i32 lanes each, lane `l` holding
+/// ggml's products `4l..4l+3` of each chunk: `s` the scaled products
+/// `Σ sc·q·x` (Q3_K and Q6_K with q signed, so their offsets are taken
+/// off: gemmk's `S − M`), `m` the minimums' products `Σ mm·b` (Q2_K in 8
+/// lanes, Q4_K and Q5_K in the low 4, zeros for Q3_K and Q6_K).
+#[derive(Clone, Copy)]
+struct Sums {
+    s: __m256i,
+    m: __m256i,
+}
+
+/// One K-quant type's super-block, for the loops of both orders.
+trait Block {
+    /// Bytes per super-block.
+    const SIZE: usize;
+    /// Whether `s` already holds `S − M` (the minimum is `d`'s).
+    const FOLD: bool;
+    /// Byte offsets of the f16 `d` and `dmin` (unused where FOLD).
+    const D_AT: usize;
+    const DMIN_AT: usize;
+
+    /// Super-block `i`'s integers, its weight block at `blk`.
+    ///
+    /// # Safety
+    /// `blk` and row `x` hold super-block `i`; compiled with AVX2.
+    unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums;
+}
+
+struct Q2K;
+struct Q3K;
+struct Q4K;
+struct Q5K;
+struct Q6K;
+
+impl Block for Q2K {
+    const SIZE: usize = 84;
+    const FOLD: bool = false;
+    const D_AT: usize = 80;
+    const DMIN_AT: usize = 82;
+
+    #[inline(always)]
+    unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
+        // SAFETY (all reads below): super-block i of the block and the row
+        // (the caller's promise); compiled with AVX2.
         unsafe {
-            let blk = w.as_ptr().add(84 * i);
+            let m3 = _mm256_set1_epi8(3);
+            let m15 = _mm_set1_epi8(15);
             let xq = x.qs.as_ptr().add(QK_K * i);
-            let xd = *x.d.get_unchecked(i);
-            let d = xd * f16_at(blk.add(80));
-            let dmin = -xd * f16_at(blk.add(82));
             let packed = _mm_loadu_si128(blk.cast());
             let mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m15));
-            let sums = load(x.bsums16.as_ptr().add(16 * i).cast());
-            let prod = _mm256_madd_epi16(mins, sums);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
+            let b16 = load(x.bsums16.as_ptr().add(16 * i).cast());
             let all = _mm256_cvtepi8_epi16(_mm_and_si128(packed, m15));
             let halves = [
                 twice(_mm256_castsi256_si128(all)),
                 twice(_mm256_extracti128_si256::<1>(all)),
             ];
-            let mut sumi = _mm256_setzero_si256();
+            let mut s = _mm256_setzero_si256();
             for (j, &scales) in halves.iter().enumerate() {
                 let bits = load(blk.add(16 + 32 * j));
                 for k in 0..4 {
                     let q = _mm256_and_si256(_mm256_srl_epi16(bits, _mm_cvtsi32_si128(2 * k)), m3);
                     let sc = scale_pair(scales, 2 * k as i16, 2 * k as i16 + 1);
                     let xs = xq.add(128 * j + 32 * k as usize);
-                    sumi = _mm256_add_epi32(sumi, scaled(q, xs, sc));
+                    s = _mm256_add_epi32(s, scaled(q, xs, sc));
                 }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            Sums {
+                s,
+                m: _mm256_madd_epi16(mins, b16),
+            }
         }
     }
-    // SAFETY: compiled with AVX2.
-    unsafe { hsum8(acc) }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q3_k(w: &[u8], x: Q8KRow) -> f32 {
-    let m3 = _mm256_set1_epi8(3);
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..x.d.len() {
-        // SAFETY (all block and row reads below): super-block i < nb of
-        // rows that hold nb (the caller's promise).
+impl Block for Q3K {
+    const SIZE: usize = 110;
+    const FOLD: bool = true;
+    const D_AT: usize = 108;
+    const DMIN_AT: usize = 108;
+
+    #[inline(always)]
+    unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
+        // SAFETY (all reads below): super-block i of the block and the row
+        // (the caller's promise); compiled with AVX2.
         unsafe {
-            let blk = w.as_ptr().add(110 * i);
+            let m3 = _mm256_set1_epi8(3);
             let xq = x.qs.as_ptr().add(QK_K * i);
-            let d = *x.d.get_unchecked(i) * f16_at(blk.add(108));
             let sc = super::kdot::scales_q3_k(std::slice::from_raw_parts(blk.add(96), 12));
             let sc8: [i8; 16] = std::array::from_fn(|s| sc[s] as i8);
             let all = _mm256_cvtepi8_epi16(_mm_loadu_si128(sc8.as_ptr().cast()));
@@ -167,7 +239,7 @@ unsafe fn dot_q3_k(w: &[u8], x: Q8KRow) -> f32 {
                 twice(_mm256_extracti128_si256::<1>(all)),
             ];
             let hbits = load(blk);
-            let mut sumi = _mm256_setzero_si256();
+            let mut s = _mm256_setzero_si256();
             for (j, &scales) in halves.iter().enumerate() {
                 let bits = load(blk.add(32 + 32 * j));
                 for k in 0..4 {
@@ -184,15 +256,16 @@ unsafe fn dot_q3_k(w: &[u8], x: Q8KRow) -> f32 {
                         _mm256_maddubs_epi16(low, xv),
                         _mm256_maddubs_epi16(four, xv),
                     );
-                    let s = scale_pair(scales, 2 * k as i16, 2 * k as i16 + 1);
-                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, pairs));
+                    let sc = scale_pair(scales, 2 * k as i16, 2 * k as i16 + 1);
+                    s = _mm256_add_epi32(s, _mm256_madd_epi16(sc, pairs));
                 }
             }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            Sums {
+                s,
+                m: _mm256_setzero_si256(),
+            }
         }
     }
-    // SAFETY: compiled with AVX2.
-    unsafe { hsum8(acc) }
 }
 
 /// Q4_K's and Q5_K's scales (i16 in both halves) and minimums (i16).
@@ -210,109 +283,118 @@ unsafe fn scales_and_mins(blk: *const u8) -> (__m256i, __m128i) {
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_k(w: &[u8], x: Q8KRow) -> f32 {
-    let m15 = _mm256_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
-    for i in 0..x.d.len() {
-        // SAFETY (all block and row reads below): super-block i < nb of
-        // rows that hold nb (the caller's promise).
+/// Q4_K's and Q5_K's sums, their values (unsigned bytes) made by
+/// `values(bits of chunk pair j, high half)`, the minimums against the
+/// Q8_K sums of 32.
+#[inline(always)]
+unsafe fn sums_k4(
+    blk: *const u8,
+    x: Q8KRow,
+    i: usize,
+    values: impl Fn(usize, bool) -> __m256i,
+) -> Sums {
+    // SAFETY (all reads below): super-block i of the block and the row
+    // (the caller's promise); compiled with AVX2.
+    unsafe {
+        let xq = x.qs.as_ptr().add(QK_K * i);
+        let (scales, mins) = scales_and_mins(blk);
+        let b32 = _mm_loadu_si128(x.bsums32.as_ptr().add(8 * i).cast());
+        let mut s = _mm256_setzero_si256();
+        for j in 0..4 {
+            let l = scaled(
+                values(j, false),
+                xq.add(64 * j),
+                scale_of(scales, 2 * j as i16),
+            );
+            let h = scaled(
+                values(j, true),
+                xq.add(64 * j + 32),
+                scale_of(scales, 2 * j as i16 + 1),
+            );
+            s = _mm256_add_epi32(s, _mm256_add_epi32(l, h));
+        }
+        Sums {
+            s,
+            m: _mm256_set_m128i(_mm_setzero_si128(), _mm_madd_epi16(mins, b32)),
+        }
+    }
+}
+
+impl Block for Q4K {
+    const SIZE: usize = 144;
+    const FOLD: bool = false;
+    const D_AT: usize = 0;
+    const DMIN_AT: usize = 2;
+
+    #[inline(always)]
+    unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
+        // SAFETY: as the caller promises; every load is inside the block.
         unsafe {
-            let blk = w.as_ptr().add(144 * i);
-            let xq = x.qs.as_ptr().add(QK_K * i);
-            let xd = *x.d.get_unchecked(i);
-            let d = xd * f16_at(blk);
-            let dmin = -xd * f16_at(blk.add(2));
-            let (scales, mins) = scales_and_mins(blk);
-            let sums = _mm_loadu_si128(x.bsums32.as_ptr().add(8 * i).cast());
-            let prod = _mm_madd_epi16(mins, sums);
-            acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-            let mut sumi = _mm256_setzero_si256();
-            for j in 0..4 {
+            let m15 = _mm256_set1_epi8(15);
+            sums_k4(blk, x, i, |j, high| {
                 let bits = load(blk.add(16 + 32 * j));
-                let lo = _mm256_and_si256(bits, m15);
-                let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m15);
-                let l = scaled(lo, xq.add(64 * j), scale_of(scales, 2 * j as i16));
-                let h = scaled(hi, xq.add(64 * j + 32), scale_of(scales, 2 * j as i16 + 1));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(l, h));
-            }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
-        }
-    }
-    let mut m = [0f32; 4];
-    // SAFETY: 4 writable f32s.
-    unsafe { _mm_storeu_ps(m.as_mut_ptr(), acc_m) };
-    // SAFETY: compiled with AVX2.
-    unsafe { hsum8(acc) + ((m[0] + m[2]) + (m[1] + m[3])) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q5_k(w: &[u8], x: Q8KRow) -> f32 {
-    let m15 = _mm256_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
-    let mut summs = 0f32;
-    for i in 0..x.d.len() {
-        // SAFETY (all block and row reads below): super-block i < nb of
-        // rows that hold nb (the caller's promise).
-        unsafe {
-            let blk = w.as_ptr().add(176 * i);
-            let xq = x.qs.as_ptr().add(QK_K * i);
-            let xd = *x.d.get_unchecked(i);
-            let d = xd * f16_at(blk);
-            let dmin = -xd * f16_at(blk.add(2));
-            let (scales, mins) = scales_and_mins(blk);
-            let sums = _mm_loadu_si128(x.bsums32.as_ptr().add(8 * i).cast());
-            let prod = _mm_madd_epi16(mins, sums);
-            let prod = _mm_add_epi32(prod, _mm_unpackhi_epi64(prod, prod));
-            let prod = _mm_add_epi32(prod, _mm_shuffle_epi32::<1>(prod));
-            summs = dmin.mul_add(_mm_cvtsi128_si32(prod) as f32, summs);
-            let hbits = load(blk.add(16));
-            let mut sumi = _mm256_setzero_si256();
-            for j in 0..4 {
-                let bits = load(blk.add(48 + 32 * j));
-                // The fifth bit of each value as 16 (or 0).
-                let high = |b: usize| {
-                    let bit = _mm256_set1_epi8(1 << b);
-                    let set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit);
-                    _mm256_and_si256(set, _mm256_set1_epi8(16))
+                let bits = if high {
+                    _mm256_srli_epi16::<4>(bits)
+                } else {
+                    bits
                 };
-                let lo = _mm256_or_si256(_mm256_and_si256(bits, m15), high(2 * j));
-                let hi = _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m15),
-                    high(2 * j + 1),
-                );
-                let l = scaled(lo, xq.add(64 * j), scale_of(scales, 2 * j as i16));
-                let h = scaled(hi, xq.add(64 * j + 32), scale_of(scales, 2 * j as i16 + 1));
-                sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(l, h));
-            }
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+                _mm256_and_si256(bits, m15)
+            })
         }
     }
-    // SAFETY: compiled with AVX2.
-    unsafe { hsum8(acc) + summs }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q6_k(w: &[u8], x: Q8KRow) -> f32 {
-    let m15 = _mm256_set1_epi8(15);
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..x.d.len() {
-        // SAFETY (all block and row reads below): super-block i < nb of
-        // rows that hold nb (the caller's promise).
+impl Block for Q5K {
+    const SIZE: usize = 176;
+    const FOLD: bool = false;
+    const D_AT: usize = 0;
+    const DMIN_AT: usize = 2;
+
+    #[inline(always)]
+    unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
+        // SAFETY: as the caller promises; every load is inside the block.
         unsafe {
-            let blk = w.as_ptr().add(210 * i);
+            let m15 = _mm256_set1_epi8(15);
+            let hbits = load(blk.add(16));
+            sums_k4(blk, x, i, |j, high| {
+                let bits = load(blk.add(48 + 32 * j));
+                let bits = if high {
+                    _mm256_srli_epi16::<4>(bits)
+                } else {
+                    bits
+                };
+                // The fifth bit of each value as 16 (or 0).
+                let bit = _mm256_set1_epi8(1 << (2 * j + usize::from(high)));
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit);
+                let fifth = _mm256_and_si256(set, _mm256_set1_epi8(16));
+                _mm256_or_si256(_mm256_and_si256(bits, m15), fifth)
+            })
+        }
+    }
+}
+
+impl Block for Q6K {
+    const SIZE: usize = 210;
+    const FOLD: bool = true;
+    const D_AT: usize = 208;
+    const DMIN_AT: usize = 208;
+
+    #[inline(always)]
+    unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
+        // SAFETY (all reads below): super-block i of the block and the row
+        // (the caller's promise); compiled with AVX2.
+        unsafe {
+            let m15 = _mm256_set1_epi8(15);
             let xq = x.qs.as_ptr().add(QK_K * i);
-            let d = *x.d.get_unchecked(i) * f16_at(blk.add(208));
-            let sc8 = _mm_loadu_si128(blk.add(192).cast());
-            let all = _mm256_cvtepi8_epi16(sc8);
-            let sums = load(x.bsums16.as_ptr().add(16 * i).cast());
-            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sums, all));
+            let all = _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(192).cast()));
+            let b16 = load(x.bsums16.as_ptr().add(16 * i).cast());
+            // The offset 32·Σ sc·b of the values' bias of 32.
+            let offset = _mm256_slli_epi32::<5>(_mm256_madd_epi16(b16, all));
             let halves = [
                 twice(_mm256_castsi256_si128(all)),
                 twice(_mm256_extracti128_si256::<1>(all)),
             ];
-            let mut sumi = _mm256_setzero_si256();
+            let mut s = _mm256_setzero_si256();
             for (j, &scales) in halves.iter().enumerate() {
                 let b1 = load(blk.add(64 * j));
                 let b2 = load(blk.add(64 * j + 32));
@@ -328,14 +410,180 @@ unsafe fn dot_q6_k(w: &[u8], x: Q8KRow) -> f32 {
                     ),
                 ];
                 for (k, &q) in q.iter().enumerate() {
-                    let s = scale_pair(scales, 2 * k as i16, 2 * k as i16 + 1);
-                    sumi = _mm256_add_epi32(sumi, scaled(q, xq.add(128 * j + 32 * k), s));
+                    let sc = scale_pair(scales, 2 * k as i16, 2 * k as i16 + 1);
+                    s = _mm256_add_epi32(s, scaled(q, xq.add(128 * j + 32 * k), sc));
                 }
             }
-            let sumi = _mm256_sub_epi32(sumi, offset);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            Sums {
+                s: _mm256_sub_epi32(s, offset),
+                m: _mm256_setzero_si256(),
+            }
+        }
+    }
+}
+
+// ggml's order: the lanes scaled and summed in f32, per type.
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q2_k(w: &[u8], x: Q8KRow) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..x.d.len() {
+        // SAFETY (all block and row reads below): super-block i < nb of
+        // rows that hold nb (the caller's promise).
+        unsafe {
+            let blk = w.as_ptr().add(Q2K::SIZE * i);
+            let xd = *x.d.get_unchecked(i);
+            let d = xd * f16_at(blk.add(Q2K::D_AT));
+            let dmin = -xd * f16_at(blk.add(Q2K::DMIN_AT));
+            let v = Q2K::sums(blk, x, i);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(v.m), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
         }
     }
     // SAFETY: compiled with AVX2.
     unsafe { hsum8(acc) }
+}
+
+/// Q3_K and Q6_K: one `fma` of the lanes a super-block.
+#[inline(always)]
+unsafe fn dot_folded<B: Block>(w: &[u8], x: Q8KRow) -> f32 {
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    let mut acc = unsafe { _mm256_setzero_ps() };
+    for i in 0..x.d.len() {
+        // SAFETY (all block and row reads below): super-block i < nb of
+        // rows that hold nb (the caller's promise).
+        unsafe {
+            let blk = w.as_ptr().add(B::SIZE * i);
+            let d = *x.d.get_unchecked(i) * f16_at(blk.add(B::D_AT));
+            let v = B::sums(blk, x, i);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
+        }
+    }
+    // SAFETY: compiled with AVX2.
+    unsafe { hsum8(acc) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_k(w: &[u8], x: Q8KRow) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for i in 0..x.d.len() {
+        // SAFETY (all block and row reads below): super-block i < nb of
+        // rows that hold nb (the caller's promise).
+        unsafe {
+            let blk = w.as_ptr().add(Q4K::SIZE * i);
+            let xd = *x.d.get_unchecked(i);
+            let d = xd * f16_at(blk.add(Q4K::D_AT));
+            let dmin = -xd * f16_at(blk.add(Q4K::DMIN_AT));
+            let v = Q4K::sums(blk, x, i);
+            let m = _mm_cvtepi32_ps(_mm256_castsi256_si128(v.m));
+            acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), m, acc_m);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
+        }
+    }
+    let mut m = [0f32; 4];
+    // SAFETY: 4 writable f32s.
+    unsafe { _mm_storeu_ps(m.as_mut_ptr(), acc_m) };
+    // SAFETY: compiled with AVX2.
+    unsafe { hsum8(acc) + ((m[0] + m[2]) + (m[1] + m[3])) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q5_k(w: &[u8], x: Q8KRow) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    for i in 0..x.d.len() {
+        // SAFETY (all block and row reads below): super-block i < nb of
+        // rows that hold nb (the caller's promise).
+        unsafe {
+            let blk = w.as_ptr().add(Q5K::SIZE * i);
+            let xd = *x.d.get_unchecked(i);
+            let d = xd * f16_at(blk.add(Q5K::D_AT));
+            let dmin = -xd * f16_at(blk.add(Q5K::DMIN_AT));
+            let v = Q5K::sums(blk, x, i);
+            summs = dmin.mul_add(hsum_i32(v.m) as f32, summs);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
+        }
+    }
+    // SAFETY: compiled with AVX2.
+    unsafe { hsum8(acc) + summs }
+}
+
+// gemmk's order: per super-block the lanes summed into exact integers,
+// then its one or two `fma`s.
+
+/// `C` (at most 4) dot products in [`super::gemmk`]'s order (see
+/// [`dots_in_gemmk_order`]): the rows' integers reduced together into
+/// the lanes of one vector, and the f32 steps a vector of rows at a time
+/// (each lane the one row's scalar arithmetic).
+#[inline(always)]
+unsafe fn gemmk_order<B: Block, const C: usize>(x: Q8KRow, ws: [&[u8]; C]) -> [f32; C] {
+    const { assert!(C <= 4, "at most 4 rows") };
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    let mut acc = unsafe { _mm_setzero_ps() };
+    for i in 0..x.d.len() {
+        // SAFETY (all block and row reads below): super-block i < nb of
+        // rows that hold nb (the caller's promise); compiled with AVX2.
+        unsafe {
+            let dx = _mm_set1_ps(*x.d.get_unchecked(i));
+            // Plain code: a closure (`array::map`) would not inline the
+            // intrinsics, compiled without AVX2; and 4 rows written out,
+            // which the compiler does not unroll.
+            let mut blk = [std::ptr::null(); C];
+            for c in 0..C {
+                blk[c] = ws[c].as_ptr().add(B::SIZE * i);
+            }
+            let zero = Sums {
+                s: _mm256_setzero_si256(),
+                m: _mm256_setzero_si256(),
+            };
+            let row = |c: usize| if c < C { B::sums(blk[c], x, i) } else { zero };
+            let (r0, r1, r2, r3) = (row(0), row(1), row(2), row(3));
+            let (s, m) = ([r0.s, r1.s, r2.s, r3.s], [r0.m, r1.m, r2.m, r3.m]);
+            if !B::FOLD {
+                let dmin = _mm_mul_ps(f16s(blk, B::DMIN_AT), dx);
+                acc = _mm_fnmadd_ps(dmin, _mm_cvtepi32_ps(hsums(m)), acc);
+            }
+            let d = _mm_mul_ps(f16s(blk, B::D_AT), dx);
+            acc = _mm_fmadd_ps(d, _mm_cvtepi32_ps(hsums(s)), acc);
+        }
+    }
+    let mut out = [0f32; 4];
+    // SAFETY: 4 writable f32s; compiled with AVX2.
+    unsafe { _mm_storeu_ps(out.as_mut_ptr(), acc) };
+    std::array::from_fn(|c| out[c])
+}
+
+/// The f16 at byte `at` of each of the `C` blocks, as f32 lanes (0 past
+/// `C`).
+#[inline(always)]
+unsafe fn f16s<const C: usize>(blk: [*const u8; C], at: usize) -> __m128 {
+    let mut bits = 0u64;
+    for (c, b) in blk.iter().enumerate() {
+        // SAFETY: two bytes inside the caller's block.
+        bits |= u64::from(unsafe { b.add(at).cast::<u16>().read_unaligned() }) << (16 * c);
+    }
+    // SAFETY: only called from functions compiled with F16C.
+    unsafe { _mm_cvtph_ps(_mm_cvtsi64_si128(bits as i64)) }
+}
+
+/// The sum of each vector's 8 lanes (exact in i32), by horizontal adds.
+#[inline(always)]
+unsafe fn hsums(v: [__m256i; 4]) -> __m128i {
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    unsafe {
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+    }
+}
+
+/// The sum of the 8 lanes.
+#[inline(always)]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    unsafe {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+        let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+    }
 }

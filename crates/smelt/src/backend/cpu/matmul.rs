@@ -17,9 +17,11 @@
 //!   `fma` add a block to 8 outputs ([`super::gemm8`]); not ggml's order,
 //!   so `SMELT_CPU_EXACT=1` sends these to the previous kind instead.
 //! - the K-quants (Q2_K..Q6_K): activations quantized to Q8_K blocks once
-//!   per matmul; decode, the exact mode and CPUs without AVX2 take ggml's
-//!   dot product of each pair on the blocks in place ([`super::kdot`]),
-//!   prefill on AVX2 the interleaved GEMM of [`super::gemmk`].
+//!   per matmul; prefill on AVX2 the interleaved GEMM of [`super::gemmk`],
+//!   decode each pair's dot product on the blocks in place
+//!   ([`super::kdot`]) in that GEMM's f32 order, so a row gets the same
+//!   bits alone as in a batch; the exact mode and CPUs without AVX2 take
+//!   ggml's dot product of each pair throughout.
 //! - every other type: weights dequantized to f32 (F32 read in place) and
 //!   8-lane f32 dot products. F16, Q4_0, Q4_1, Q8_0 have vectorizable block
 //!   decoders here; other types go through `quant::dequantize_row`.
@@ -271,9 +273,26 @@ fn item_generic<M: Madd>(
                 );
             }
         }
+        Acts::Q8K(x) if xrows.len() <= 2 && !job.exact && gemmk::has_kernel::<M>() => {
+            // Decode: each pair's dot product on the GGUF blocks in place,
+            // in the GEMM's order, so that a row gets the same bits in an
+            // item of its own as among the rows of a prefill's.
+            for i in xrows {
+                let xr = x.row(i, k);
+                in_place_rows::<M>(
+                    job,
+                    &rows,
+                    &store,
+                    i,
+                    true,
+                    |ws| kdot::dots_in_gemmk_order::<M, WR>(job.dtype, xr, ws),
+                    |w| kdot::dots_in_gemmk_order::<M, 1>(job.dtype, xr, w),
+                );
+            }
+        }
         Acts::Q8K(x) if xrows.len() <= 2 || job.exact || !gemmk::has_kernel::<M>() => {
-            // Decode, and prefill in ggml's order: ggml's dot product of
-            // each pair, on the GGUF blocks in place.
+            // ggml's order (the exact mode, CPUs without the GEMM): ggml's
+            // dot product of each pair, on the GGUF blocks in place.
             let decode = xrows.len() <= 2;
             for i in xrows {
                 let xr = x.row(i, k);

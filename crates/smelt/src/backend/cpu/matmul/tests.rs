@@ -188,3 +188,62 @@ fn q8_rows_are_batch_invariant() {
         }
     }
 }
+
+/// In the fast mode on AVX2, each K-quant output row gets the same bits
+/// whether its activation row is multiplied alone or among others:
+/// decode items (1 or 2 rows, [`kdot::dots_in_gemmk_order`]) and the
+/// GEMM's items ([`gemmk`]) sum in one order. Batches of 2 to 9 rows, and
+/// two past `X_BLOCK` whose last items hold 1 and 2 rows.
+#[test]
+fn k_quant_rows_are_batch_invariant() {
+    use crate::backend::cpu::kdot::tests::{TYPES, acts, weights};
+    if Isa::detect() != Isa::Avx2 {
+        return;
+    }
+    let mut pool = ThreadPool::new(2).unwrap();
+    let scratch: Vec<Mutex<Scratch>> = (0..2).map(|_| Mutex::default()).collect();
+    let (m, k) = (37, 2 * QK_K);
+    let mut run = |w: &[u8], dtype: GgmlType, x: &[f32]| {
+        let n = x.len() / k;
+        let mut qa = Q8KActs::default();
+        qa.quantize(Isa::Avx2, x);
+        let mut out = vec![f32::NAN; n * m];
+        let inputs = Inputs {
+            f32: x,
+            q8: None,
+            q8k: Some(&qa),
+        };
+        matmul(
+            &mut pool,
+            Isa::Avx2,
+            false,
+            &scratch,
+            w,
+            dtype,
+            k,
+            n,
+            inputs,
+            &mut out,
+        )
+        .unwrap();
+        out
+    };
+    for (t, dtype) in TYPES.into_iter().enumerate() {
+        let w = weights(dtype, m, k, 90 + t as u64);
+        let most = X_BLOCK + 2;
+        let x = acts(most, k, 60 + t as u64);
+        let alone: Vec<Vec<f32>> = x.chunks_exact(k).map(|r| run(&w, dtype, r)).collect();
+        for n in [2, 3, 5, 9, X_BLOCK + 1, most] {
+            let batch = run(&w, dtype, &x[..n * k]);
+            for (i, (got, want)) in batch.chunks_exact(m).zip(&alone).enumerate() {
+                for (j, (g, a)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        g.to_bits(),
+                        a.to_bits(),
+                        "{dtype:?}, {n} rows: output {i}·{j} = {g}, alone {a}"
+                    );
+                }
+            }
+        }
+    }
+}
