@@ -754,7 +754,14 @@ fn decode_matvec_f32_acts_with_adapter_features() {
         // And a row of over 4 sweeps of the mat-vec's 128 invocations (its
         // steps of four blocks, or units of 64 for the K-quants).
         let long = if t.block_size() == 256 { 33024 } else { 16416 };
-        for (m, n, k) in [(1usize, 1usize, k), (7, 1, k), (130, 4, k), (5, 2, long)] {
+        // Rows of 2 and 3 blocks of 32 (a small model's narrow weights).
+        let short: &[(usize, usize, usize)] = if t.block_size() == 32 {
+            &[(9, 1, 64), (6, 3, 96)]
+        } else {
+            &[]
+        };
+        let shapes = [(1usize, 1usize, k), (7, 1, k), (130, 4, k), (5, 2, long)];
+        for &(m, n, k) in shapes.iter().chain(short) {
             let w = b.weight(t, m, k);
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let out = b.output(F32, n, m);
