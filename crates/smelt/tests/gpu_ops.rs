@@ -278,12 +278,12 @@ fn gpu_dispatches(
 
 /// The weight types whose decode mat-vecs in the f32-activation mode take
 /// packed integer dot products on Q8-rounded activations, as llama.cpp's
-/// GPU ones do: every legacy quant and K-quant that `WEIGHT_TYPES` has but
-/// Q5_0 (held back, see `matvec_blocks::DOT_TYPES`).
-const DOT_TYPES: [GgmlType; 7] = [
+/// GPU ones do: every legacy quant and K-quant that `WEIGHT_TYPES` has.
+const DOT_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q8_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
@@ -756,7 +756,13 @@ fn decode_matvec_f32_acts_with_adapter_features() {
         let long = if t.block_size() == 256 { 33024 } else { 16416 };
         // Rows of 2 and 3 blocks of 32 (a small model's narrow weights).
         let short: &[(usize, usize, usize)] = if t.block_size() == 32 {
-            &[(9, 1, 64), (6, 3, 96)]
+            &[
+                (9, 1, 64),
+                (6, 3, 96),
+                (64, 1, 64),
+                (64, 1, 96),
+                (256, 1, 96),
+            ]
         } else {
             &[]
         };
@@ -1812,4 +1818,71 @@ fn f32_mode_prefill_attention() {
         (coops, quads),
         "seed {seed}: kernels run: {used:?}"
     );
+}
+
+/// Decode mat-vecs that do not join (weights of different types) one
+/// after the other, as a Gemma 3 Q4_K_M's layers run them: Q (F16), K
+/// (Q5_0) and V (Q8_0) of one normed input, each held for a residual add
+/// in turn, must each be written (a held one was once dropped by the
+/// next: K read as never written); and a GELU GLU of a Q8_0 gate and an
+/// F32 up before a Q5_0 down. Rows of 2 and 3 blocks.
+#[test]
+fn f32_mode_decode_mat_vecs_of_mixed_types_in_turn() {
+    let (seed, mut b) = f32_mode_bench();
+    let (e, f, n) = (64usize, 96usize, 1usize);
+    let x = b.f32s(n, e, 1.0);
+    let nw = b.f32s(1, e, 1.0);
+    let (h, hr) = (b.output(F32, n, e), b.output(F32, n, e));
+    let wq = b.weight(F16, 128, e);
+    let wk = b.weight(GgmlType::Q5_0, 64, e);
+    let wv = b.weight(GgmlType::Q8_0, 64, e);
+    let (oq, ok, ov) = (
+        b.output(F32, n, 128),
+        b.output(F32, n, 64),
+        b.output(F32, n, 64),
+    );
+    let qkv = |be: &mut dyn Backend, g: bool| {
+        let p = |t: Pair| if g { t.gpu } else { t.cpu };
+        be.rms_norm(p(x), Some(p(nw)), 1e-5, p(h))?;
+        let hh = if g {
+            h.gpu
+        } else {
+            cpu_q8_rounded(be, h.cpu, hr.cpu)?
+        };
+        be.matmul(p(wq), p(h), p(oq))?;
+        be.matmul(p(wk), hh, p(ok))?;
+        be.matmul(p(wv), hh, p(ov))
+    };
+    b.check("q", 1e-6, oq, qkv);
+    b.check("k", 1e-6, ok, qkv);
+    b.check("v", 1e-6, ov, qkv);
+    let wg = b.weight(GgmlType::Q8_0, f, e);
+    let wu = b.weight(F32, f, e);
+    let wd = b.weight(GgmlType::Q5_0, e, f);
+    let (g2, u2, a2, a2r, dn) = (
+        b.output(F32, n, f),
+        b.output(F32, n, f),
+        b.output(F32, n, f),
+        b.output(F32, n, f),
+        b.output(F32, n, e),
+    );
+    let ffn = |be: &mut dyn Backend, g: bool| {
+        let p = |t: Pair| if g { t.gpu } else { t.cpu };
+        let hh = if g {
+            x.gpu
+        } else {
+            cpu_q8_rounded(be, x.cpu, hr.cpu)?
+        };
+        be.matmuls(&[p(wg), p(wu)], hh, &[p(g2), p(u2)])?;
+        be.gelu_mul(p(g2), p(u2), p(a2))?;
+        let a = if g {
+            a2.gpu
+        } else {
+            cpu_q8_rounded(be, a2.cpu, a2r.cpu)?
+        };
+        be.matmul(p(wd), a, p(dn))
+    };
+    // GELU rounds through f16 on both sides, a step apart at ties.
+    b.check("down", 1e-4, dn, ffn);
+    b.assert_passed(seed);
 }

@@ -429,9 +429,18 @@ pub(super) fn hold_coop_gate_up(be: &mut GpuBackend, g: CoopGateUp) -> Result<()
 
 /// Holds a repacked decode mat-vec back (f32 mode, whole rows of
 /// `out`) for a residual add to join.
-pub(super) fn hold_matvec(be: &mut GpuBackend, w: Tensor, x: [Tensor; 3], out: Tensor) {
+pub(super) fn hold_matvec(
+    be: &mut GpuBackend,
+    w: Tensor,
+    x: [Tensor; 3],
+    out: Tensor,
+) -> Result<()> {
+    // What is held already goes first: a mat-vec of the same rounded input
+    // (the one before it, reusing the rounding) would otherwise be dropped.
+    pending::flush(be)?;
     be.acts.wrote(out);
     be.pending = Some(Pending::MatVec { w, x, out });
+    Ok(())
 }
 
 /// The residual add `sum = a + b` of a held-back mat-vec's output, in

@@ -39,8 +39,7 @@ pub(super) fn matmul(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor) -> 
                     "matmul: Q8 activations expected".into(),
                 ));
             };
-            fusion::hold_matvec(be, w, q8, out);
-            Ok(())
+            fusion::hold_matvec(be, w, q8, out)
         }
         None => matmul_cols(be, w, x, out, 0),
         Some(parts) => parts

@@ -15,16 +15,12 @@ use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, WG_ROW, r, r
 const SOURCE: &str = include_str!("matvec_blocks.wgsl");
 const GGUF: &str = include_str!("matvec_blocks_gguf.wgsl");
 
-/// The weight types it takes (`ShaderFeatures::dots`). Q5_0 is left out:
-/// with it, a synthetic Gemma 3 whose attn_k (64 × 64) or ffn_down
-/// (64 × 96) is Q5_0 goes wrong on the GPU (tests/gemma3_forward.rs),
-/// although the kernel alone matches the CPU on such rows (tests/gpu_ops.rs
-/// decode cases): the fault is in the path a model takes to it, not yet
-/// found, so Q5_0 keeps the f32 mat-vec.
-pub const DOT_TYPES: [GgmlType; 7] = [
+/// The weight types it takes (`ShaderFeatures::dots`).
+pub const DOT_TYPES: [GgmlType; 8] = [
     GgmlType::Q4_0,
     GgmlType::Q8_0,
     GgmlType::Q4_1,
+    GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
