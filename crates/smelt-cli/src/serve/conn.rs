@@ -19,7 +19,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -142,6 +142,10 @@ impl Connection {
 struct Phase {
     state: Mutex<(PhaseKind, Instant)>,
     timeouts: Timeouts,
+    /// The socket's read waiting with no deadline (a request running):
+    /// woken when the phase changes, so that it arms the next phase's
+    /// deadline instead of waiting on the client alone.
+    reader: Mutex<Option<Waker>>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -159,11 +163,21 @@ impl Phase {
         Self {
             state: Mutex::new((PhaseKind::Idle, Instant::now())),
             timeouts,
+            reader: Mutex::new(None),
         }
     }
 
     fn set(&self, kind: PhaseKind) {
         *self.state.lock().unwrap_or_else(|e| e.into_inner()) = (kind, Instant::now());
+        let reader = self.reader.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = reader {
+            w.wake();
+        }
+    }
+
+    /// Wakes `w` at the next phase change.
+    fn wake_on_change(&self, w: &Waker) {
+        *self.reader.lock().unwrap_or_else(|e| e.into_inner()) = Some(w.clone());
     }
 
     fn bytes_read(&self) {
@@ -227,6 +241,11 @@ impl AsyncRead for TimedIo {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
                 let Some(deadline) = self.phase.deadline() else {
+                    self.phase.wake_on_change(cx.waker());
+                    // The phase may have changed before the waker was kept.
+                    if self.phase.deadline().is_some() {
+                        cx.waker().wake_by_ref();
+                    }
                     return Poll::Pending;
                 };
                 let deadline = tokio::time::Instant::from_std(deadline);
