@@ -273,26 +273,12 @@ fn item_generic<M: Madd>(
                 );
             }
         }
-        Acts::Q8K(x) if xrows.len() <= 2 && !job.exact && gemmk::has_kernel::<M>() => {
-            // Decode: each pair's dot product on the GGUF blocks in place,
-            // in the GEMM's order, so that a row gets the same bits in an
-            // item of its own as among the rows of a prefill's.
-            for i in xrows {
-                let xr = x.row(i, k);
-                in_place_rows::<M>(
-                    job,
-                    &rows,
-                    &store,
-                    i,
-                    true,
-                    |ws| kdot::dots_in_gemmk_order::<M, WR>(job.dtype, xr, ws),
-                    |w| kdot::dots_in_gemmk_order::<M, 1>(job.dtype, xr, w),
-                );
-            }
-        }
         Acts::Q8K(x) if xrows.len() <= 2 || job.exact || !gemmk::has_kernel::<M>() => {
-            // ggml's order (the exact mode, CPUs without the GEMM): ggml's
-            // dot product of each pair, on the GGUF blocks in place.
+            // Each pair's dot product on the GGUF blocks in place. The fast
+            // mode's decode sums in the GEMM's order, so that a row gets the
+            // same bits in an item of its own as among a prefill's rows;
+            // the exact mode, and CPUs without the GEMM, in ggml's.
+            let gemm_order = !job.exact && gemmk::has_kernel::<M>();
             let decode = xrows.len() <= 2;
             for i in xrows {
                 let xr = x.row(i, k);
@@ -302,8 +288,14 @@ fn item_generic<M: Madd>(
                     &store,
                     i,
                     decode,
-                    |ws| kdot::dots::<M, WR>(job.dtype, xr, ws),
-                    |w| kdot::dots::<M, 1>(job.dtype, xr, w),
+                    |ws| match gemm_order {
+                        true => kdot::dots_in_gemmk_order::<M, WR>(job.dtype, xr, ws),
+                        false => kdot::dots::<M, WR>(job.dtype, xr, ws),
+                    },
+                    |w| match gemm_order {
+                        true => kdot::dots_in_gemmk_order::<M, 1>(job.dtype, xr, w),
+                        false => kdot::dots::<M, 1>(job.dtype, xr, w),
+                    },
                 );
             }
         }
