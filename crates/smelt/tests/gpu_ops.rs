@@ -1824,7 +1824,7 @@ fn f32_mode_prefill_attention() {
 /// after the other, as a Gemma 3 Q4_K_M's layers run them: Q (F16), K
 /// (Q5_0) and V (Q8_0) of one normed input, each held for a residual add
 /// in turn, must each be written (a held one was once dropped by the
-/// next: K read as never written); and a GELU GLU of a Q8_0 gate and an
+/// next: K read as never written); and a SiLU GLU of a Q8_0 gate and an
 /// F32 up before a Q5_0 down. Rows of 2 and 3 blocks.
 #[test]
 fn f32_mode_decode_mat_vecs_of_mixed_types_in_turn() {
@@ -1874,7 +1874,7 @@ fn f32_mode_decode_mat_vecs_of_mixed_types_in_turn() {
             cpu_q8_rounded(be, x.cpu, hr.cpu)?
         };
         be.matmuls(&[p(wg), p(wu)], hh, &[p(g2), p(u2)])?;
-        be.gelu_mul(p(g2), p(u2), p(a2))?;
+        be.silu_mul(p(g2), p(u2), p(a2))?;
         let a = if g {
             a2.gpu
         } else {
@@ -1882,7 +1882,9 @@ fn f32_mode_decode_mat_vecs_of_mixed_types_in_turn() {
         };
         be.matmul(p(wd), a, p(dn))
     };
-    // GELU rounds through f16 on both sides, a step apart at ties.
-    b.check("down", 1e-4, dn, ffn);
+    // Each side rounds its own GLU output to Q8, and on 96 values a step
+    // apart moves the sum by up to ~1e-4: ggml's quantized-matmul bound
+    // (an unwritten or wrong output is far beyond it).
+    b.check("down", matmul_tol(GgmlType::Q5_0), dn, ffn);
     b.assert_passed(seed);
 }
