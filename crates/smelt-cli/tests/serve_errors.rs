@@ -3,7 +3,7 @@
 //! longer than the context (400), unknown routes (404), oversized bodies
 //! (413) and a full wait queue (503); disconnects that free their slots;
 //! loopback unless told otherwise; and a clean exit on SIGINT and SIGTERM,
-//! even with a stream running.
+//! even with a stream running or straight after start.
 
 mod serve_support;
 
@@ -220,6 +220,19 @@ fn binds_loopback_unless_told_otherwise() {
         );
     }
     assert!(server.terminate().success());
+}
+
+/// A signal sent as soon as the address is announced finds the handlers
+/// in place: the server exits with success, not by the signal's default
+/// action.
+#[test]
+fn a_signal_right_after_the_address_line_exits_cleanly() {
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGTERM] {
+        let mut server = Server::start(&["--parallel", "1", "--ctx", "64"]);
+        server.signal(signal);
+        let status = server.wait_exit();
+        assert!(status.success(), "signal {signal}: {status}");
+    }
 }
 
 /// SIGINT and SIGTERM while a stream runs: the stream ends with an error

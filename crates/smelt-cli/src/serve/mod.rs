@@ -158,6 +158,9 @@ pub fn serve(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         let local = listener.local_addr()?;
+        // The handlers are in place before the address is announced: a
+        // signal sent by whoever read that line must find them.
+        let signalled = shutdown_signal();
         eprintln!(
             "smelt serve: {} on http://{local} ({} slots × {} context)",
             state.model_id,
@@ -165,7 +168,7 @@ pub fn serve(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
             state.scheduler.n_ctx()
         );
         serve_on(listener, state, async {
-            shutdown_signal().await;
+            signalled.await;
             eprintln!("smelt serve: shutting down");
         })
         .await;
@@ -191,23 +194,32 @@ pub async fn serve_on(
     .await;
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Registers the SIGINT and SIGTERM handlers now, and returns a future
+/// that resolves on the first of them. Registering inside the future would
+/// leave the default action (exit by signal) in place until its first poll.
+fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        async fn first(signal: Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(mut s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+        let int = signal(SignalKind::interrupt()).ok();
+        let term = signal(SignalKind::terminate()).ok();
+        async move {
+            tokio::select! {
+                _ = first(int) => {}
+                _ = first(term) => {}
+            }
+        }
+    }
     #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
