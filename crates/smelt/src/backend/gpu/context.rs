@@ -130,9 +130,9 @@ pub struct GpuOptions {
     /// weights, f16 for F16 weights) and ggml's CPU arithmetic bit for bit,
     /// to follow llama.cpp's numbers exactly. Off (the default, the fast
     /// mode): plain hardware arithmetic on f32 activations (cooperative
-    /// matrices for prefill where the adapter has them), but for Q4_0/Q8_0
-    /// decode, which rounds them to 8-bit blocks for integer dot products
-    /// as llama.cpp's GPU backends do.
+    /// matrices for prefill where the adapter has them), but for the
+    /// quantized types' decode, which rounds them to 8-bit blocks for
+    /// integer dot products as llama.cpp's GPU backends do.
     pub quantize_activations: bool,
     /// A binding limit for weights below the adapter's, to test weight
     /// splitting on any adapter; `None`: the adapter's.
