@@ -445,21 +445,11 @@ impl Backend for GpuBackend {
             },
         )?;
         if p.attn_factor != 1.0 {
-            // LongRoPE's magnitude on the cosines and sines is a scale of the
-            // rotated values, which is every value where the whole head
-            // rotates.
-            limit(op, p.n_dims == p.head_dim, || {
-                format!(
-                    "a RoPE attn_factor on {} of {} dims (only whole heads)",
-                    p.n_dims, p.head_dim
-                )
-            })?;
-            let plain = RopeParams {
-                attn_factor: 1.0,
-                ..*p
-            };
-            fusion::rope_paired(self, x, pos, &plain, out)?;
-            return self.scale(out, p.attn_factor, out);
+            // LongRoPE's magnitude is in the rope kernel's angles only, not
+            // in the ropes that join the cache writes and the attention.
+            let aux = self.aux();
+            self.acts.wrote(out);
+            return self.run(kernels::rope::rope((x, pos, p, out), None, aux));
         }
         // Held back for K's rope to join Q's (the same arithmetic).
         fusion::rope_paired(self, x, pos, p, out)

@@ -26,6 +26,8 @@ kernel_params! {
         pub cache_rows: u32,
         /// STORE: values of a V row (0: no V).
         pub v_cols: u32,
+        /// The cosines and sines times this (LongRoPE's magnitude).
+        pub attn_factor: f32,
         /// 0: exact.wgsl's `opaque` reads it, a value the compiler
         /// cannot fold.
         pub zero: u32,
@@ -135,6 +137,7 @@ fn params(rows: usize, p: &RopeParams, heads2: usize) -> Params {
         freq_scale: p.freq_scale,
         factored: u32::from(p.freq_factors.is_some()),
         heads2: heads2 as u32,
+        attn_factor: p.attn_factor,
         ..Params::default()
     }
 }

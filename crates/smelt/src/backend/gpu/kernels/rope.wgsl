@@ -30,6 +30,7 @@ struct Params {
     heads2: u32,      // PAIR: heads of the second tensor
     cache_rows: u32,  // STORE: rows of the caches
     v_cols: u32,      // STORE: values of a V row (0: no V)
+    attn_factor: f32, // the cosines and sines times this (LongRoPE)
     zero: u32,       // 0 (exact.wgsl's `opaque`)
 }
 @group(0) @binding(0) var<uniform> P: Params;
@@ -200,7 +201,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         if (P.factored != 0u) {
             factor = ff[p];
         }
-        sc = rope_angle(p, f32(pos[row]), P.theta_scale, P.freq_scale, P.factored != 0u, factor);
+        // As ggml: the magnitude rounded into each of them, before the
+        // rotation's products.
+        sc = rope_angle(p, f32(pos[row]), P.theta_scale, P.freq_scale, P.factored != 0u, factor) * P.attn_factor;
     }
     rope_heads(second, row, heads, h0, c, turn, sc);
 }
