@@ -27,10 +27,10 @@ fn session(model: &str, n_outputs: usize, opts: &GpuOptions) -> Session {
 
 /// The prompt and llama.cpp's output in one batch, in the default mode
 /// (plain hardware arithmetic; activations f32 but for the quantized
-/// types' decode, cooperative matrices where the adapter has them): at every step where
-/// llama.cpp's top-1 beats its top-2 by 0.5 nats our top-1 must be the
-/// same, and our log-prob of its top-1 within 0.06 nats on average on
-/// every prompt (measured worst prompt 0.047 on lavapipe).
+/// types' decode, cooperative matrices where the adapter has them): at
+/// every step where llama.cpp's top-1 beats its top-2 by 0.5 nats our
+/// top-1 must be the same, and our log-prob of its top-1 within 0.06 nats
+/// on average on every prompt (measured worst prompt 0.047 on lavapipe).
 #[test]
 fn smollm2_on_gpu_agrees_with_llama_cpp_teacher_forced() {
     let mut s = session(common::SMOLLM2, 64, &GpuOptions::default());

@@ -150,46 +150,41 @@ fn ops_are_bit_exact_with_the_fast_cpu() {
         out
     });
     check("silu_mul + matmul Q8_0".into(), r);
-    let r = run(&mut p, &|b, rng| {
-        let x = f32s(b, rng, 7, 9 * 64, 2.0);
-        let pos: Vec<i32> = (0..7).map(|i| i * 37 + 3).collect();
-        let pos = i32s(b, &pos);
-        let out = b.alloc(F32, 7, 9 * 64).unwrap();
-        let rp = RopeParams {
-            mode: RopeMode::Normal,
-            n_heads: 9,
-            head_dim: 64,
-            n_dims: 64,
-            freq_base: 100000.0,
-            freq_scale: 1.0,
-            freq_factors: None,
-            attn_factor: 1.0,
-        };
-        b.rope(x, pos, &rp, out).unwrap();
-        out
-    });
-    check("rope".into(), r);
-    // LongRoPE's magnitude (Phi-3 128k): rounded into each sine and cosine
-    // before the rotation, as ggml does, not applied to its result.
-    let r = run(&mut p, &|b, rng| {
-        let x = f32s(b, rng, 40, 4 * 32, 2.0);
-        let pos: Vec<i32> = (0..40).collect();
-        let pos = i32s(b, &pos);
-        let out = b.alloc(F32, 40, 4 * 32).unwrap();
-        let rp = RopeParams {
-            mode: RopeMode::Neox,
-            n_heads: 4,
-            head_dim: 32,
-            n_dims: 32,
-            freq_base: 10000.0,
-            freq_scale: 1.0,
-            freq_factors: None,
-            attn_factor: 1.4577379,
-        };
-        b.rope(x, pos, &rp, out).unwrap();
-        out
-    });
-    check("rope attn_factor".into(), r);
+    // RoPE, and LongRoPE's magnitude (Phi-3 128k): rounded into each sine
+    // and cosine before the rotation, as ggml does, not applied to its
+    // result. Rows are at positions first + i · step.
+    let ropes = [
+        ("rope", (7, 3, 37), (9, 64), RopeMode::Normal, 100000.0, 1.0),
+        (
+            "rope attn_factor",
+            (40, 0, 1),
+            (4, 32),
+            RopeMode::Neox,
+            10000.0,
+            1.4577379,
+        ),
+    ];
+    for (name, (rows, first, step), (n_heads, head_dim), mode, freq_base, attn_factor) in ropes {
+        let r = run(&mut p, &|b, rng| {
+            let x = f32s(b, rng, rows, n_heads * head_dim, 2.0);
+            let pos: Vec<i32> = (0..rows as i32).map(|i| first + i * step).collect();
+            let pos = i32s(b, &pos);
+            let out = b.alloc(F32, rows, n_heads * head_dim).unwrap();
+            let rp = RopeParams {
+                mode,
+                n_heads,
+                head_dim,
+                n_dims: head_dim,
+                freq_base,
+                freq_scale: 1.0,
+                freq_factors: None,
+                attn_factor,
+            };
+            b.rope(x, pos, &rp, out).unwrap();
+            out
+        });
+        check(name.into(), r);
+    }
     let r = run(&mut p, &|b, rng| {
         let g = f32s(b, rng, 3, 1536, 6.0);
         let u = f32s(b, rng, 3, 1536, 2.0);

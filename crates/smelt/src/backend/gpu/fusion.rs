@@ -179,8 +179,10 @@ pub(super) fn rope_store_for_attention(
     else {
         return None;
     };
+    // The attention's rope has no LongRoPE magnitude (`attn_factor`).
     let same = (qo, rkc, v.1, rpos) == (q, kc, vc, pos)
-        && (p.n_heads, k.2, p.head_dim) == (n_heads, n_kv_heads, head_dim);
+        && (p.n_heads, k.2, p.head_dim) == (n_heads, n_kv_heads, head_dim)
+        && p.attn_factor == 1.0;
     // The output is none of what the kernel reads or writes besides.
     let apart = [x, k.0, k.1, v.0, kc, vc, ids, pos, seq]
         .iter()

@@ -444,13 +444,6 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
-        if p.attn_factor != 1.0 {
-            // LongRoPE's magnitude is in the rope kernel's angles only, not
-            // in the ropes that join the cache writes and the attention.
-            let aux = self.aux();
-            self.acts.wrote(out);
-            return self.run(kernels::rope::rope((x, pos, p, out), None, aux));
-        }
         // Held back for K's rope to join Q's (the same arithmetic).
         fusion::rope_paired(self, x, pos, p, out)
     }
