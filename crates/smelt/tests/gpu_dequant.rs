@@ -23,11 +23,16 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
             .flat_map(|_| rng.gen_range(-1.0f32..1.0).to_le_bytes())
             .collect(),
         GgmlType::F16 => (0..n).flat_map(|_| f16(rng, -1.0, 1.0)).collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(rng.gen_range(-1.0f32..1.0)).to_le_bytes())
+            .collect(),
         _ => {
             let size = dtype.type_size();
             let scales: &[usize] = match dtype {
                 GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
                 GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                GgmlType::Q2_K => &[80, 82],
+                GgmlType::Q3_K => &[108],
                 GgmlType::Q6_K => &[208],
                 other => panic!("no block generator for {other}"),
             };

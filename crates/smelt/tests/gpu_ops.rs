@@ -279,12 +279,14 @@ fn gpu_dispatches(
 /// The weight types whose decode mat-vecs in the f32-activation mode take
 /// packed integer dot products on Q8-rounded activations, as llama.cpp's
 /// GPU ones do: every legacy quant and K-quant that `WEIGHT_TYPES` has.
-const DOT_TYPES: [GgmlType; 8] = [
+const DOT_TYPES: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q8_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -361,6 +363,9 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
             .flat_map(|_| rng.gen_range(-1.0f32..1.0).to_le_bytes())
             .collect(),
         F16 => (0..n).flat_map(|_| f16(rng, -1.0, 1.0)).collect(),
+        GgmlType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(rng.gen_range(-1.0f32..1.0)).to_le_bytes())
+            .collect(),
         _ => {
             let blocks = n / dtype.block_size();
             let size = dtype.type_size();
@@ -369,6 +374,8 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
                 GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[(0, false)],
                 GgmlType::Q4_1 | GgmlType::Q5_1 => &[(0, false), (2, true)],
                 GgmlType::Q4_K | GgmlType::Q5_K => &[(0, false), (2, false)],
+                GgmlType::Q2_K => &[(80, false), (82, false)],
+                GgmlType::Q3_K => &[(108, false)],
                 GgmlType::Q6_K => &[(208, false)],
                 other => panic!("no block generator for {other}"),
             };
@@ -393,7 +400,7 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
 /// length no group of 8 divides.
 fn weight_cols(t: GgmlType) -> usize {
     match t {
-        F32 | F16 => 67,
+        F32 | F16 | GgmlType::BF16 => 67,
         t if t.block_size() == 256 => 512,
         _ => 96,
     }
@@ -405,7 +412,7 @@ fn weight_cols(t: GgmlType) -> usize {
 fn matmul_tol(t: GgmlType) -> f64 {
     match t {
         F32 => 1e-9,
-        F16 => 1e-6,
+        F16 | GgmlType::BF16 => 1e-6,
         _ => 5e-4,
     }
 }

@@ -16,12 +16,14 @@ const SOURCE: &str = include_str!("matvec_blocks.wgsl");
 const GGUF: &str = include_str!("matvec_blocks_gguf.wgsl");
 
 /// The weight types it takes (`ShaderFeatures::dots`).
-pub const DOT_TYPES: [GgmlType; 8] = [
+pub const DOT_TYPES: [GgmlType; 10] = [
     GgmlType::Q4_0,
     GgmlType::Q8_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,

@@ -1,26 +1,28 @@
 // matvec_blocks.wgsl's weights read in their GGUF layout (not repacked):
-// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K, on Q8-rounded activations, as
+// Q4_1, Q5_0, Q5_1 and the K-quants Q2_K to Q6_K, on Q8-rounded activations, as
 // the repacked Q4_0 and Q8_0 are:
 //
 //   out[t, r] = Σ_s  d_s · d_x · Σ q_w · q_x  +  m_s · d_x · Σ q_x
 //
-// over the weight's 32-value scale groups s (Q6_K: 16-value halves of
-// one activation block, two scales, one d_x), with Σ q_w · q_x the exact
+// over the weight's 32-value scale groups s (Q2_K, Q3_K and Q6_K: 16-value
+// halves of one activation block, two scales, one d_x), with Σ q_w · q_x the exact
 // integer dot product (`dot4I8Packed`), and m_s the group's offset: Q4_1
 // and Q5_1's m, Q4_K and Q5_K's −dmin · min (ACT_SUMS: these need the
 // activation block's Σ q_x, found by a dot against bytes of 1, once per
-// block for the 4 rows). Q5_0's −16 and Q6_K's −32 are taken from the
-// quant bytes before the dot (signed bytes, no sums).
+// block for the 4 rows; Q2_K's −dmin · min per half block takes its
+// half's Σ q_x the same way). Q5_0's −16, Q3_K's −4 and Q6_K's −32 are
+// taken from the quant bytes before the dot (signed bytes, no sums).
 //
 // A unit is what an invocation takes of a row per step (the driver's
 // "block", `P.row_blocks` per row): a block of 32 (Q4_1, Q5_0, Q5_1), or
 // UNIT64, 64 values of a superblock of 256: a Q4_K/Q5_K chunk (the low
-// and high nibbles of 32 quant bytes, two scale groups), or Q6_K's two
-// groups that share their quant and high-bit bytes (g and g + 2 of a
-// half). Units of a weight are numbered across its rows (rows are whole
+// and high nibbles of 32 quant bytes, two scale groups), Q2_K/Q3_K's two
+// groups of 32 that share their quant bytes (bit pairs 2j and 2j + 2), or
+// Q6_K's two groups that share their quant and high-bit bytes (g and g + 2
+// of a half). Units of a weight are numbered across its rows (rows are whole
 // superblocks), so unit u's bytes are found from u alone.
 //
-// Q5_0 (22 bytes) and Q6_K (210) blocks start at 2-byte steps: their
+// Q5_0 (22 bytes), Q3_K (110) and Q6_K (210) blocks start at 2-byte steps: their
 // words are put together from two aligned ones (`w1`, `w4`).
 
 const LO4: u32 = 0x0f0f0f0fu;
@@ -114,6 +116,16 @@ fn lo4(q: vec4<u32>) -> vec4<u32> {
 
 fn hi4(q: vec4<u32>) -> vec4<u32> {
     return (q >> vec4<u32>(4u)) & vec4<u32>(LO4);
+}
+
+// The signed byte k of word w.
+fn sbyte(w: u32, k: u32) -> i32 {
+    return bitcast<i32>(w << (24u - 8u * k)) >> 24u;
+}
+
+// Bit pair s of each byte of quant words.
+fn pair2(q: vec4<u32>, s: u32) -> vec4<u32> {
+    return (q >> vec4<u32>(s)) & vec4<u32>(0x03030303u);
 }
 
 // d_x · Σ q_x of an activation block.
@@ -230,12 +242,75 @@ fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
 }
 #endif
 
-#ifdef TYPE_Q6_K
-// The signed byte k of word w.
-fn sbyte(w: u32, k: u32) -> i32 {
-    return bitcast<i32>(w << (24u - 8u * k)) >> 24u;
+#ifdef TYPE_Q2_K
+// { scales: [u8; 16], qs: [u8; 64], d: f16, dmin: f16 } (21 words), 2
+// halves n of 128 values, each 4 groups j of 32: bits 2j of qs byte
+// 32n + l are value l of group j; the 16-value sub-block s = 8n + 2j +
+// l / 16 has scale byte s (low nibble: scale, high: min); value =
+// d · sc · q − dmin · m. Unit u: groups 2p and 2p + 1 of half n (u % 4 =
+// 2n + p), whose 4 scale bytes are word u % 4.
+fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+    let base = 21u * (u / 4u);
+    let c = u % 4u;
+    let n = c / 2u;
+    let shift = 4u * (c % 2u);
+    let q0 = w4a(which, base + 4u + 8u * n);
+    let q1 = w4a(which, base + 8u + 8u * n);
+    let sc = wd(which, base + c);
+    let dm = unpack2x16float(wd(which, base + 20u));
+    let ones = vec4<u32>(ONES);
+    // Σ sc · Σ q_w q_x and Σ min · Σ q_x per 16-value half.
+    let dots = vec4<i32>(
+        dot4w(pair2(q0, shift), a0.lo),
+        dot4w(pair2(q1, shift), a0.hi),
+        dot4w(pair2(q0, shift + 2u), a1.lo),
+        dot4w(pair2(q1, shift + 2u), a1.hi),
+    );
+    let sums = vec4<i32>(dot4w(a0.lo, ones), dot4w(a0.hi, ones), dot4w(a1.lo, ones), dot4w(a1.hi, ones));
+    let scales = vec4<i32>((vec4<u32>(sc) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xfu));
+    let mins = vec4<i32>((vec4<u32>(sc) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(0xfu));
+    let d0 = scales.x * dots.x + scales.y * dots.y;
+    let d1 = scales.z * dots.z + scales.w * dots.w;
+    let m0 = mins.x * sums.x + mins.y * sums.y;
+    let m1 = mins.z * sums.z + mins.w * sums.w;
+    return dm.x * (a0.d * f32(d0) + a1.d * f32(d1)) - dm.y * (a0.d * f32(m0) + a1.d * f32(m1));
 }
+#endif
 
+#ifdef TYPE_Q3_K
+// { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16 } (110
+// bytes): as Q2_K's groups, with bit 4n + j of hmask byte l the third bit
+// of value l of group j of half n (clear: minus 4), and 16 six-bit scales
+// less 32: the low 4 bits of scale s in byte s % 8 (high nibble for
+// s ≥ 8), the top 2 in bits 2 (s / 4) of byte 8 + s % 4; value =
+// d · (sc − 32) · q. Unit u (u % 4 = 2n + p): scales 8n + 4p .. + 4.
+fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+    let b = 110u * (u / 4u);
+    let c = u % 4u;
+    let n = c / 2u;
+    let p = c % 2u;
+    let hm = w8(which, b);
+    let qs = w8(which, b + 32u + 32u * n);
+    // Scale bytes 96..108 and d (108..110).
+    let t = w4(which, b + 96u);
+    let lo = (select(t.x, t.y, p == 1u) >> (4u * n)) & LO4;
+    let hi = (t.z >> (2u * (2u * n + p))) & 0x03030303u;
+    let sc = less(vec4<u32>(lo | (hi << 4u)), 0x20202020u).x;
+    let d = unpack2x16float(t.w).x;
+    let j = 2u * p;
+    let h = 4u * n + j;
+    let bit = vec4<u32>(ONES);
+    let m4 = 0x04040404u;
+    let g0 = dot4w(less(pair2(qs.a, 2u * j) | (((hm.a >> vec4<u32>(h)) & bit) << vec4<u32>(2u)), m4), a0.lo);
+    let g1 = dot4w(less(pair2(qs.b, 2u * j) | (((hm.b >> vec4<u32>(h)) & bit) << vec4<u32>(2u)), m4), a0.hi);
+    let g2 = dot4w(less(pair2(qs.a, 2u * j + 2u) | (((hm.a >> vec4<u32>(h + 1u)) & bit) << vec4<u32>(2u)), m4), a1.lo);
+    let g3 = dot4w(less(pair2(qs.b, 2u * j + 2u) | (((hm.b >> vec4<u32>(h + 1u)) & bit) << vec4<u32>(2u)), m4), a1.hi);
+    return d * (a0.d * f32(sbyte(sc, 0u) * g0 + sbyte(sc, 1u) * g1)
+        + a1.d * f32(sbyte(sc, 2u) * g2 + sbyte(sc, 3u) * g3));
+}
+#endif
+
+#ifdef TYPE_Q6_K
 // { ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16 } (210 bytes),
 // 2 halves n of 128 values, each 4 groups g of 32: the low 4 bits from ql
 // byte 64n + 32(g % 2) + l (low nibbles for g < 2), the high 2 from bits

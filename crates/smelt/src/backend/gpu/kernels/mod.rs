@@ -320,14 +320,17 @@ impl ShaderFeatures {
 }
 
 /// Weight types the matmul and get_rows kernels decode.
-pub const WEIGHT_TYPES: [GgmlType; 10] = [
+pub const WEIGHT_TYPES: [GgmlType; 13] = [
     GgmlType::F32,
     GgmlType::F16,
+    GgmlType::BF16,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
@@ -423,11 +426,14 @@ impl Source {
         self.def(match t {
             F32 => "TYPE_F32",
             F16 => "TYPE_F16",
+            BF16 => "TYPE_BF16",
             Q4_0 => "TYPE_Q4_0",
             Q4_1 => "TYPE_Q4_1",
             Q5_0 => "TYPE_Q5_0",
             Q5_1 => "TYPE_Q5_1",
             Q8_0 => "TYPE_Q8_0",
+            Q2_K => "TYPE_Q2_K",
+            Q3_K => "TYPE_Q3_K",
             Q4_K => "TYPE_Q4_K",
             Q5_K => "TYPE_Q5_K",
             Q6_K => "TYPE_Q6_K",
@@ -436,7 +442,7 @@ impl Source {
             _ => "TYPE_UNSUPPORTED",
         });
         match t {
-            F32 | F16 => self.def("PLAIN"),
+            F32 | F16 | BF16 => self.def("PLAIN"),
             Q4_K | Q5_K => self.def("K_SCALES"),
             _ => {}
         }

@@ -2,12 +2,13 @@
 //
 // The kernel that includes this declares `wq: array<u32>`: a weight tensor
 // in its GGUF layout, rows of `row_bytes` bytes of consecutive blocks. Blocks
-// are 18, 20, 22, 34, 144, 176 or 210 bytes, so fields are not 4-byte
+// are 18, 20, 22, 34, 84, 110, 144, 176 or 210 bytes, so fields are not 4-byte
 // aligned: rd8/rd16/rd32 read little-endian values at any byte offset (the
 // buffer is padded so the word after the last one exists).
 //
-// One define picks the type: TYPE_F32, TYPE_F16, TYPE_Q4_0, TYPE_Q4_1,
-// TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0, TYPE_Q4_K, TYPE_Q5_K or TYPE_Q6_K. Each
+// One define picks the type: TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q4_0,
+// TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0, TYPE_Q2_K, TYPE_Q3_K,
+// TYPE_Q4_K, TYPE_Q5_K or TYPE_Q6_K. Each
 // type provides
 //   dq8(rb, i): values 8i..8i+8 of the row starting at byte rb;
 //   dq1(rb, k): value k of that row;
@@ -15,7 +16,7 @@
 //   and decoding them, for a prefetch (REPACKED types; the others read
 //   and decode in ld8); with HALF_DECODE (Q4_0 only) also de8h(r, i), the
 //   same values as f16.
-// PLAIN is defined for F32 and F16, whose rows may have any length; the
+// PLAIN is defined for F32, F16 and BF16, whose rows may have any length; the
 // block types always hold whole groups of 8. With WQ_F16 (F16 weights on an
 // adapter with shader-f16) `wq` is `array<f16>` and read natively; with
 // WQ_PAIRS (REPACKED only) it is `array<vec2<u32>>`, so that a pair of
@@ -125,6 +126,25 @@ fn dq8(rb: u32, i: u32) -> V8 {
     );
 }
 #endif
+#endif
+
+// BF16: the top 16 bits of an f32.
+#ifdef TYPE_BF16
+fn bf2(w: u32) -> vec2<f32> {
+    return bitcast<vec2<f32>>(vec2<u32>(w << 16u, w & 0xffff0000u));
+}
+
+fn dq1(rb: u32, k: u32) -> f32 {
+    return bitcast<f32>(rd16(rb + 2u * k) << 16u);
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    let b = rb + 16u * i;
+    return V8(
+        vec4<f32>(bf2(rd32(b)), bf2(rd32(b + 4u))),
+        vec4<f32>(bf2(rd32(b + 8u)), bf2(rd32(b + 12u))),
+    );
+}
 #endif
 
 // REPACKED (f32 activations, `buffers::repack`): Q4_0 and Q8_0 blocks
@@ -313,6 +333,53 @@ fn dq8(rb: u32, i: u32) -> V8 {
     return V8(sbytes(rd32(bo + 2u + j)) * d, sbytes(rd32(bo + 6u + j)) * d);
 }
 #endif
+#endif
+
+// Q2_K: { scales: [u8; 16], qs: [u8; 64], d: f16, dmin: f16 }, 256 values
+// in 2 halves n of 128, each 4 groups j of 32: bits 2j of qs byte 32n + l
+// are value l of group j; sub-block s = 8n + 2j + l / 16 of 16 values has
+// scale byte s (low nibble: scale, high: min); value = d · sc · q − dmin · m.
+#ifdef TYPE_Q2_K
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 32u) * 84u;
+    let t = (i % 32u) * 8u;
+    let n = t / 128u;
+    let j = (t % 128u) / 32u;
+    let l = t % 32u;
+    let sc = rd8(bo + 8u * n + 2u * j + l / 16u);
+    let d = rdf16(bo + 80u) * f32(sc & 0xfu);
+    let m = rdf16(bo + 82u) * f32(sc >> 4u);
+    let qb = bo + 16u + 32u * n + l;
+    return V8(bits2_b4(rd32(qb), 2u * j) * d - m, bits2_b4(rd32(qb + 4u), 2u * j) * d - m);
+}
+#endif
+
+// Q3_K: { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16 }: as
+// Q2_K's groups, with bit 4n + j of hmask byte l the third bit of value l
+// of group j of half n (clear: minus 4), and 16 six-bit scales less 32:
+// the low 4 bits of scale s in byte s % 8 (high nibble for s ≥ 8), the top
+// 2 in bits 2 (s / 4) of byte 8 + s % 4; value = d · (sc − 32) · q.
+#ifdef TYPE_Q3_K
+fn q3k_scale(sb: u32, s: u32) -> f32 {
+    let lo = (rd8(sb + s % 8u) >> (4u * (s / 8u))) & 0xfu;
+    let hi = (rd8(sb + 8u + s % 4u) >> (2u * (s / 4u))) & 3u;
+    return f32(i32(lo | (hi << 4u)) - 32);
+}
+
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 32u) * 110u;
+    let t = (i % 32u) * 8u;
+    let n = t / 128u;
+    let j = (t % 128u) / 32u;
+    let l = t % 32u;
+    let d = rdf16(bo + 108u) * q3k_scale(bo + 96u, 8u * n + 2u * j + l / 16u);
+    let qb = bo + 32u + 32u * n + l;
+    let h = 4u * n + j;
+    return V8(
+        (bits2_b4(rd32(qb), 2u * j) + 4.0 * bit_b4(rd32(bo + l), h) - 4.0) * d,
+        (bits2_b4(rd32(qb + 4u), 2u * j) + 4.0 * bit_b4(rd32(bo + l + 4u), h) - 4.0) * d,
+    );
+}
 #endif
 
 // Q4_K and Q5_K pack 8 six-bit (scale, min) pairs of their 32-value

@@ -39,7 +39,7 @@ impl ActQuant {
         use GgmlType::*;
         match t {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 => Some(Self::Q8),
-            Q4_K | Q5_K | Q6_K => Some(Self::Q8K),
+            Q2_K | Q3_K | Q4_K | Q5_K | Q6_K => Some(Self::Q8K),
             F16 => Some(Self::F16),
             _ => None,
         }
