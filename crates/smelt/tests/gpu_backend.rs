@@ -4,7 +4,7 @@
 
 use smelt::backend::gpu::{GpuBackend, GpuOptions, adapters, best_hardware};
 use smelt::backend::{Backend, BackendError, BackendExt, Op, WeightData};
-use smelt::quant::GgmlType::{F32, I32, Q2_K, Q4_0};
+use smelt::quant::GgmlType::{F32, I32, IQ2_XXS, Q4_0};
 
 fn gpu() -> GpuBackend {
     GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)")
@@ -96,13 +96,13 @@ fn bad_calls_are_errors() {
         g.add(a, b, a),
         Err(BackendError::Shape { op: Op::Add, .. })
     ));
-    assert!(!g.supports(Op::MatMul, Q2_K));
-    let q2k = g
-        .load_weight("q2k", Q2_K, 1, 256, WeightData::from_vec(vec![0; 84]))
+    assert!(!g.supports(Op::MatMul, IQ2_XXS));
+    let iq2 = g
+        .load_weight("iq2", IQ2_XXS, 1, 256, WeightData::from_vec(vec![0; 66]))
         .unwrap();
     let out = g.alloc(F32, 2, 256).unwrap();
     assert!(matches!(
-        g.get_rows(q2k, ids, out),
+        g.get_rows(iq2, ids, out),
         Err(BackendError::Unsupported { .. })
     ));
     let short = g.load_weight("short", Q4_0, 2, 32, WeightData::from_vec(vec![0; 20]));
