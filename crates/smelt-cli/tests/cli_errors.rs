@@ -65,9 +65,18 @@ fn ctx_zero_is_refused_in_words() {
 
 #[test]
 fn a_missing_file_is_named_once_with_its_cause_once() {
-    let err = failure(&smelt(&["info", "/no/such/model.gguf"]));
-    assert_eq!(err.matches("/no/such/model.gguf").count(), 1, "{err}");
-    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+    let missing = "/no/such/model.gguf";
+    let out = temp_dir("missing-in").join("out.gguf");
+    let out = out.display().to_string();
+    for args in [
+        vec!["info", missing],
+        vec!["quantize", missing, &out, "Q8_0"],
+        vec!["template", "-m", missing, "--messages", &out],
+    ] {
+        let err = failure(&smelt(&args));
+        assert_eq!(err.matches(missing).count(), 1, "{args:?}: {err}");
+        assert_eq!(err.matches("No such file").count(), 1, "{args:?}: {err}");
+    }
 }
 
 #[test]

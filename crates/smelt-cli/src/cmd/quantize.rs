@@ -88,8 +88,8 @@ fn parse_tensor_type(s: &str) -> Result<GgmlType, String> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
-    let file = GgufFile::open(&args.input)
-        .with_context(|| format!("cannot open {}", args.input.display()))?;
+    // Its error names the path and the cause.
+    let file = GgufFile::open(&args.input)?;
     if !args.dry_run {
         // Before the plan's notes and the work: a clear refusal first.
         quantize::check_output(&args.output, &args.input)?;

@@ -44,8 +44,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read {}", path.display()))?;
         ChatTemplate::new(&source, path.display().to_string())?
     } else if let Some(path) = &args.model {
-        let file =
-            GgufFile::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        let file = GgufFile::open(path)?;
         ChatTemplate::from_gguf(&file, None)?
     } else {
         ChatTemplate::builtin(args.chat_template.as_deref().unwrap_or_default())?
