@@ -31,6 +31,8 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
             let scales: &[usize] = match dtype {
                 GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
                 GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+                GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+                GgmlType::MXFP4 => &[],
                 GgmlType::Q2_K => &[80, 82],
                 GgmlType::Q3_K => &[108],
                 GgmlType::Q6_K => &[208],
@@ -41,6 +43,11 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
             for block in out.chunks_exact_mut(size) {
                 for &off in scales {
                     block[off..off + 2].copy_from_slice(&f16(rng, -0.05, 0.05));
+                }
+                if dtype == GgmlType::MXFP4 {
+                    // The shared exponent: 2^-18 .. 2^2, subnormal scales
+                    // are checked by the CPU's own tests.
+                    block[0] = rng.gen_range(110..130);
                 }
             }
             out

@@ -374,6 +374,8 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
                 GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[(0, false)],
                 GgmlType::Q4_1 | GgmlType::Q5_1 => &[(0, false), (2, true)],
                 GgmlType::Q4_K | GgmlType::Q5_K => &[(0, false), (2, false)],
+                GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[(0, false)],
+                GgmlType::MXFP4 => &[],
                 GgmlType::Q2_K => &[(80, false), (82, false)],
                 GgmlType::Q3_K => &[(108, false)],
                 GgmlType::Q6_K => &[(208, false)],
@@ -389,6 +391,10 @@ fn random_blocks(rng: &mut StdRng, dtype: GgmlType, n: usize) -> Vec<u8> {
                         f16(rng, 0.001, 0.05)
                     };
                     out[b * size + off..b * size + off + 2].copy_from_slice(&v);
+                }
+                if dtype == GgmlType::MXFP4 {
+                    // The shared exponent: scales 2^-10 .. 2^-5.
+                    out[b * size] = rng.gen_range(118..124);
                 }
             }
             out

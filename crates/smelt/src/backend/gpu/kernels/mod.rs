@@ -320,7 +320,7 @@ impl ShaderFeatures {
 }
 
 /// Weight types the matmul and get_rows kernels decode.
-pub const WEIGHT_TYPES: [GgmlType; 13] = [
+pub const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -334,6 +334,9 @@ pub const WEIGHT_TYPES: [GgmlType; 13] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::MXFP4,
 ];
 
 /// Workgroup size of the kernels that reduce a row across a workgroup
@@ -420,7 +423,8 @@ impl Source {
     }
 
     /// The TYPE_ define of weight type `t`, and its class (PLAIN for
-    /// floats, K_SCALES for Q4_K and Q5_K).
+    /// floats, CODEBOOK for the tables of levels, K_SCALES for Q4_K and
+    /// Q5_K).
     pub fn weight_type(&mut self, t: GgmlType) {
         use GgmlType::*;
         self.def(match t {
@@ -437,12 +441,16 @@ impl Source {
             Q4_K => "TYPE_Q4_K",
             Q5_K => "TYPE_Q5_K",
             Q6_K => "TYPE_Q6_K",
+            IQ4_NL => "TYPE_IQ4_NL",
+            IQ4_XS => "TYPE_IQ4_XS",
+            MXFP4 => "TYPE_MXFP4",
             // Callers check `supports` first; an unknown type builds nothing
             // that naga would accept, so the error surfaces at pipeline build.
             _ => "TYPE_UNSUPPORTED",
         });
         match t {
             F32 | F16 | BF16 => self.def("PLAIN"),
+            IQ4_NL | IQ4_XS | MXFP4 => self.def("CODEBOOK"),
             Q4_K | Q5_K => self.def("K_SCALES"),
             _ => {}
         }

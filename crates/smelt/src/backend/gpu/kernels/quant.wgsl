@@ -2,13 +2,14 @@
 //
 // The kernel that includes this declares `wq: array<u32>`: a weight tensor
 // in its GGUF layout, rows of `row_bytes` bytes of consecutive blocks. Blocks
-// are 18, 20, 22, 34, 84, 110, 144, 176 or 210 bytes, so fields are not 4-byte
+// are 17, 18, 20, 22, 34, 84, 110, 136, 144, 176 or 210 bytes, so fields are not 4-byte
 // aligned: rd8/rd16/rd32 read little-endian values at any byte offset (the
 // buffer is padded so the word after the last one exists).
 //
 // One define picks the type: TYPE_F32, TYPE_F16, TYPE_BF16, TYPE_Q4_0,
 // TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0, TYPE_Q2_K, TYPE_Q3_K,
-// TYPE_Q4_K, TYPE_Q5_K or TYPE_Q6_K. Each
+// TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K, TYPE_IQ4_NL, TYPE_IQ4_XS or TYPE_MXFP4.
+// Each
 // type provides
 //   dq8(rb, i): values 8i..8i+8 of the row starting at byte rb;
 //   dq1(rb, k): value k of that row;
@@ -469,6 +470,68 @@ fn dq8(rb: u32, i: u32) -> V8 {
     let h0 = bits2_b4(rd32(qhb), 2u * g) * 16.0;
     let h1 = bits2_b4(rd32(qhb + 4u), 2u * g) * 16.0;
     return V8((lo0 + h0 - 32.0) * d, (lo1 + h1 - 32.0) * d);
+}
+#endif
+
+// IQ4_NL, IQ4_XS and MXFP4: 4-bit quants that index a table of 16 levels
+// (CODEBOOK), signed bytes packed 4 to a word: ggml's kvalues_iq4nl, and
+// kvalues_mxfp4 (e2m1 values doubled, so the block scale is halved).
+#ifdef CODEBOOK
+#ifdef TYPE_MXFP4
+const LEVELS = vec4<u32>(0x03020100u, 0x0c080604u, 0xfdfeff00u, 0xf4f8fafcu);
+#else
+const LEVELS = vec4<u32>(0xbfad9881u, 0xf6eaddcfu, 0x26190d01u, 0x71594535u);
+#endif
+
+fn level(q: u32) -> f32 {
+    return f32(bitcast<i32>(LEVELS[q >> 2u] << (24u - 8u * (q & 3u))) >> 24u);
+}
+
+// The levels of the low nibbles of w's 4 bytes.
+fn levels4(w: u32) -> vec4<f32> {
+    return vec4<f32>(level(w & 0xfu), level((w >> 8u) & 0xfu), level((w >> 16u) & 0xfu), level((w >> 24u) & 0xfu));
+}
+
+// Values 8i..8i+8 of a 32-value block of nibbles packed as Q4_0's (value
+// j low, j + 16 high) at byte qb, times d.
+fn nibble_levels(qb: u32, i: u32, d: f32) -> V8 {
+    let j = (i % 4u) * 8u;
+    let sh = select(4u, 0u, j < 16u);
+    return V8(levels4(rd32(qb + j % 16u) >> sh) * d, levels4(rd32(qb + 4u + j % 16u) >> sh) * d);
+}
+#endif
+
+// IQ4_NL: { d: f16, qs: [u8; 16] }; value = d · level(q).
+#ifdef TYPE_IQ4_NL
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 18u;
+    return nibble_levels(bo + 2u, i, rdf16(bo));
+}
+#endif
+
+// MXFP4: { e: u8, qs: [u8; 16] }; value = 2^(e − 128) · level(q), the
+// scale built from its bits (e < 2: a subnormal).
+#ifdef TYPE_MXFP4
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 4u) * 17u;
+    let e = rd8(bo);
+    let d = bitcast<f32>(select((e - 1u) << 23u, 0x00200000u << e, e < 2u));
+    return nibble_levels(bo + 1u, i, d);
+}
+#endif
+
+// IQ4_XS: { d: f16, scales_h: u16, scales_l: [u8; 4], qs: [u8; 128] }, 8
+// sub-blocks of 32 coded as IQ4_NL's with a 6-bit scale ls (low 4 bits:
+// nibble ib % 2 of scales_l[ib / 2], top 2: bits 2ib of scales_h);
+// value = d · (ls − 32) · level(q).
+#ifdef TYPE_IQ4_XS
+fn dq8(rb: u32, i: u32) -> V8 {
+    let bo = rb + (i / 32u) * 136u;
+    let ib = (i % 32u) / 4u;
+    let lo = (rd8(bo + 4u + ib / 2u) >> (4u * (ib % 2u))) & 0xfu;
+    let hi = (rd16(bo + 2u) >> (2u * ib)) & 3u;
+    let d = rdf16(bo) * f32(i32(lo | (hi << 4u)) - 32);
+    return nibble_levels(bo + 8u + 16u * ib, i, d);
 }
 #endif
 
