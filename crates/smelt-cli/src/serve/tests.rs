@@ -137,6 +137,7 @@ fn start_with(o: Options) -> TestServer {
             token_bytes: Arc::new(|id| vec![id as u8]),
             grammars: None,
             model_id: "toy".into(),
+            pooling: smelt::model::Pooling::Last,
         },
         Limits {
             api_key: o.api_key.map(String::from),
