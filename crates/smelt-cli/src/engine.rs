@@ -16,7 +16,7 @@ use smelt::backend::select::{self, BackendKind};
 use smelt::chat::ChatTemplate;
 use smelt::gguf::{GgufError, GgufFile};
 use smelt::grammar::Grammars;
-use smelt::model::{Model, Session, SessionParams};
+use smelt::model::{Model, Pooling, Session, SessionParams};
 use smelt::server::{Engine, Vocab};
 use smelt::tokenizer::Tokenizer;
 
@@ -264,6 +264,9 @@ pub struct Loaded {
     pub token_bytes: TokenBytes,
     /// Grammars compiled against the vocabulary, for constrained output.
     pub grammars: Arc<Grammars>,
+    /// The model's own embedding pooling (`{arch}.pooling_type`), if it
+    /// says.
+    pub pooling: Option<Pooling>,
 }
 
 /// Loads the model with `n_slots` sequence slots.
@@ -282,6 +285,7 @@ pub fn load(
     let opened = open(args.model.as_deref(), &args.backend, params)?;
     let template = ChatTemplate::from_gguf(&opened.file, chat_template)
         .with_context(|| format!("the chat template of {}", opened.path.display()))?;
+    let pooling = opened.session.config().pooling;
     let tokenizer = Arc::new(opened.tokenizer);
     let encode = encoder(Arc::clone(&tokenizer), template.bos_token().to_string());
     let token_bytes: TokenBytes = {
@@ -300,6 +304,7 @@ pub fn load(
         encode,
         token_bytes,
         grammars,
+        pooling,
     })
 }
 

@@ -14,7 +14,7 @@ use clap::{Parser, Subcommand};
     name = "smelt",
     version,
     about = "Run large language models from GGUF files on GPUs and CPUs, and train small networks",
-    after_help = "Commands that run a model (run, chat, serve, bench, perplexity) use a \
+    after_help = "Commands that run a model (run, chat, serve, embed, bench, perplexity) use a \
                   hardware GPU when there is one, in its fast mode (--exact: ggml's \
                   arithmetic bit for bit), else the CPU, and say which on stderr \
                   (--backend cpu|gpu|auto, --device N)."
@@ -38,6 +38,8 @@ enum Command {
     Chat(cmd::chat::Args),
     /// Serve an OpenAI-compatible HTTP API
     Serve(cmd::serve::Args),
+    /// Print texts' embeddings (pooled final hidden states) as JSON
+    Embed(cmd::embed::Args),
     /// Measure prompt processing and generation speed, like llama-bench
     Bench(cmd::bench::Args),
     /// Measure perplexity over a text file, like llama-perplexity
@@ -68,6 +70,7 @@ fn main() -> ExitCode {
         Command::Run(a) => cmd::run::run(a),
         Command::Chat(a) => cmd::chat::run(a),
         Command::Serve(a) => cmd::serve::run(a),
+        Command::Embed(a) => cmd::embed::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Perplexity(a) => cmd::perplexity::run(a),
         Command::Pull(a) => cmd::pull::run(a),

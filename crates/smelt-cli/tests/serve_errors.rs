@@ -89,7 +89,9 @@ fn bad_requests_get_openai_errors() {
 
     // 404 for unknown routes, 405 for a wrong method, both as JSON.
     error_of(404, &http(a, "GET", "/v2/nothing", &auth, b""));
-    error_of(404, &post("/v1/embeddings", "{}"));
+    error_of(404, &post("/v1/images/generations", "{}"));
+    // /v1/embeddings exists: a body without `input` is a bad request.
+    error_of(400, &post("/v1/embeddings", "{}"));
     error_of(405, &http(a, "GET", "/v1/chat/completions", &auth, b""));
 
     // 413 past the body limit (4 MiB).

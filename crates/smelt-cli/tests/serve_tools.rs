@@ -2,7 +2,8 @@
 //! (`tests/serve/tools_client.py`): a call, its result, an answer,
 //! streaming and not, on SmolLM2 with its own template (which knows no
 //! tools: the generic JSON format) and with real templates of each
-//! format: Hermes `<tool_call>`, Llama 3.1 JSON and Mistral `[TOOL_CALLS]`.
+//! format: Hermes `<tool_call>`, Llama 3.1 JSON and Mistral `[TOOL_CALLS]`
+//! (JSON, and Small 3.2's `name[ARGS]{...}`).
 
 mod serve_support;
 
@@ -58,4 +59,9 @@ fn tool_calls_in_mistral_format() {
     // SmolLM2 ends its answer to a Mistral-format tool result at once
     // (`<|endoftext|>` first); with its end tokens banned it answers.
     round_trip(Some("mistralai-Mistral-Nemo-Instruct-2407"), &[0, 2]);
+}
+
+#[test]
+fn tool_calls_in_mistral_args_format() {
+    round_trip(Some("Mistral-Small-3.2-24B-Instruct-2506"), &[0, 2]);
 }

@@ -8,6 +8,9 @@
 //! - prefill of its first half, then greedy decode steps one token at a
 //!   time, fed the CPU's choice so both backends see the same tokens.
 //!
+//! - the hidden states embeddings are pooled from (`Session::hidden`) of
+//!   every position, by relative L2 error per row.
+//!
 //! At every position and step, the CPU's ten most likely tokens' log-probs
 //! must agree within the mode's bound (the exact mode rounds as ggml and
 //! the CPU do; the fast mode runs plain f32), and the GPU's greedy token
@@ -25,6 +28,10 @@ use smelt::model::{Batch, Session};
 /// |Δ log-prob| bounds against the CPU: the exact mode's, the fast mode's.
 const EXACT: f64 = 1e-3;
 const FAST: f64 = 2e-2;
+
+/// Relative L2 error bounds of a row's hidden state: exact mode, fast mode.
+const HIDDEN_EXACT: f64 = 1e-4;
+const HIDDEN_FAST: f64 = 1e-2;
 
 /// Greedy decode steps after the prefilled half.
 const DECODE_STEPS: usize = 6;
@@ -86,6 +93,23 @@ impl Report {
     }
 }
 
+/// The hidden state of every position of `tokens` in one batch.
+fn hidden(s: &mut Session, tokens: &[u32]) -> Vec<f32> {
+    s.truncate(0, 0);
+    s.hidden(&Batch::sequence(tokens, 0, 0)).unwrap().to_vec()
+}
+
+/// `‖a - b‖ / ‖a‖`.
+fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
+    let diff: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(&x, &y)| (x as f64 - y as f64).powi(2))
+        .sum();
+    let norm: f64 = a.iter().map(|&x| (x as f64).powi(2)).sum();
+    (diff / norm).sqrt()
+}
+
 /// The logits of every position of `tokens` in one batch.
 fn prefill(s: &mut Session, tokens: &[u32]) -> Vec<f32> {
     let mut batch = Batch::default();
@@ -128,6 +152,23 @@ fn check_run(
         r.position(&c[row.clone()], &g[row], &format!("prefill position {i}"));
     }
 
+    let e = cpu.config().n_embd;
+    let (hc, hg) = (hidden(&mut cpu, tokens), hidden(&mut gpu, tokens));
+    let hidden_error = hc
+        .chunks(e)
+        .zip(hg.chunks(e))
+        .map(|(c, g)| relative_l2(c, g))
+        .fold(0.0, f64::max);
+    let hidden_bound = if quantize_activations {
+        HIDDEN_EXACT
+    } else {
+        HIDDEN_FAST
+    };
+    assert!(
+        hc.len() == n * e && hidden_error <= hidden_bound,
+        "{arch}: the GPU's hidden states differ from the CPU's by {hidden_error:.2e} > {hidden_bound:.0e}"
+    );
+
     let prompt = &tokens[..n / 2];
     let last = |l: Vec<f32>| l[l.len() - vocab..].to_vec();
     let (mut c, mut g) = (
@@ -143,7 +184,7 @@ fn check_run(
     }
 
     eprintln!(
-        "{arch}, n_ctx {} (GPU exact: {quantize_activations}): {r:?}",
+        "{arch}, n_ctx {} (GPU exact: {quantize_activations}): {r:?}, hidden {hidden_error:.2e}",
         run.n_ctx
     );
     assert!(

@@ -159,6 +159,7 @@ fn required_tool_calls_read_back() {
         ToolFormat::Llama3,
         ToolFormat::Generic,
         ToolFormat::MistralJson,
+        ToolFormat::MistralArgs,
     ] {
         let spec = GrammarSpec::Lark(call_grammar(format, &tools).unwrap());
         for seed in 1..=3 {

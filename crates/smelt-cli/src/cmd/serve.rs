@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use smelt::chat::ChatTemplate;
+use smelt::model::Pooling;
 
 use crate::engine::{self, EngineArgs};
 use crate::serve::{AppState, Limits, Served, Timeouts, serve};
@@ -49,6 +50,13 @@ pub struct Args {
     /// Seconds a client may take to send a request's body (408 after)
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = seconds)]
     body_timeout: Duration,
+    /// How /v1/embeddings pools a sequence's hidden states: mean, last
+    /// (the last token's), cls (the first token's) or none (refused by the
+    /// endpoint: a vector per token). Default: the model's pooling_type, as
+    /// llama-server; none where the model does not say, as for most
+    /// generative models
+    #[arg(long, value_name = "POOLING")]
+    pooling: Option<Pooling>,
     /// Seconds a keep-alive connection may wait between requests before it
     /// is closed
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = seconds)]
@@ -91,6 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             token_bytes: loaded.token_bytes,
             grammars: Some(loaded.grammars),
             model_id,
+            pooling: args.pooling.or(loaded.pooling).unwrap_or(Pooling::None),
         },
         Limits {
             api_key: args.api_key,

@@ -148,7 +148,14 @@ impl From<SubmitError> for ApiError {
                 code: Some("context_length_exceeded"),
                 ..Self::bad_request(message)
             },
+            SubmitError::InputTooLong { .. } => Self {
+                code: Some("context_length_exceeded"),
+                param: Some("input".into()),
+                ..Self::bad_request(message)
+            },
             SubmitError::EmptyPrompt => Self::bad_param("prompt", message),
+            SubmitError::EmptyInput(_) => Self::bad_param("input", message),
+            SubmitError::NoEmbeddings => Self::bad_request(message),
             SubmitError::ZeroMaxTokens => Self::bad_param("max_tokens", message),
             SubmitError::BadSampler(_) => Self::bad_request(message),
         }

@@ -4,6 +4,7 @@
 
 mod api;
 mod conn;
+mod embeddings;
 mod error;
 mod response;
 mod routes;
@@ -23,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use smelt::chat::ChatTemplate;
 use smelt::grammar::Grammars;
+use smelt::model::Pooling;
 use smelt::server::Scheduler;
 
 pub use conn::Timeouts;
@@ -43,6 +45,8 @@ pub struct Served {
     pub grammars: Option<Arc<Grammars>>,
     /// The name `/v1/models` lists: the model file's stem.
     pub model_id: String,
+    /// How `/v1/embeddings` pools a sequence's hidden states.
+    pub pooling: Pooling,
 }
 
 /// What a client may send, and how long it may take.
@@ -62,6 +66,7 @@ pub struct AppState {
     pub token_bytes: TokenBytes,
     pub grammars: Option<Arc<Grammars>>,
     pub model_id: String,
+    pub pooling: Pooling,
     pub created: u64,
     pub api_key: Option<String>,
     pub body_limit: usize,
@@ -82,6 +87,7 @@ impl AppState {
             token_bytes: served.token_bytes,
             grammars: served.grammars,
             model_id: served.model_id,
+            pooling: served.pooling,
             created,
             api_key: limits.api_key,
             body_limit: limits.body_limit,
@@ -106,6 +112,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(routes::chat_completions))
         .route("/v1/completions", post(routes::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(routes::models))
         .route_layer(middleware::from_fn_with_state(Arc::clone(&state), auth));
     Router::new()

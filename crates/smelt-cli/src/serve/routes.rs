@@ -1,5 +1,6 @@
 //! The endpoints: `POST /v1/chat/completions`, `POST /v1/completions`
-//! (each streaming as server-sent events or answering once),
+//! (each streaming as server-sent events or answering once; embeddings
+//! are in `embeddings.rs`),
 //! `GET /v1/models` and `GET /health`.
 //!
 //! A request becomes a prompt (chat: rendered through the model's chat
@@ -125,7 +126,7 @@ pub async fn not_found(uri: Uri) -> ApiError {
 /// in OpenAI's shape: 408 past the timeout, 413 past the size limit, 400
 /// for a body cut short (fewer bytes than its `Content-Length`) or bad
 /// JSON.
-async fn parse<T: serde::de::DeserializeOwned>(
+pub(super) async fn parse<T: serde::de::DeserializeOwned>(
     state: &AppState,
     body: Body,
 ) -> Result<T, ApiError> {
@@ -173,7 +174,7 @@ fn causes(e: &dyn std::error::Error) -> String {
 
 /// A request naming a model must name the one loaded: by its id (what
 /// `/v1/models` lists) or its file name.
-fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
+pub(super) fn check_model(state: &AppState, model: Option<&str>) -> Result<(), ApiError> {
     match model {
         None => Ok(()),
         Some(m) if m == state.model_id || m == format!("{}.gguf", state.model_id) => Ok(()),

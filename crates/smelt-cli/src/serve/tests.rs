@@ -90,6 +90,7 @@ struct Options {
     delay_ms: u64,
     api_key: Option<&'static str>,
     timeouts: Timeouts,
+    pooling: smelt::model::Pooling,
 }
 
 impl Default for Options {
@@ -101,6 +102,7 @@ impl Default for Options {
             delay_ms: 0,
             api_key: None,
             timeouts: Timeouts::default(),
+            pooling: smelt::model::Pooling::Last,
         }
     }
 }
@@ -137,6 +139,7 @@ fn start_with(o: Options) -> TestServer {
             token_bytes: Arc::new(|id| vec![id as u8]),
             grammars: None,
             model_id: "toy".into(),
+            pooling: o.pooling,
         },
         Limits {
             api_key: o.api_key.map(String::from),
@@ -534,4 +537,50 @@ fn the_bearer_scheme_is_case_insensitive() {
             "{header}"
         );
     }
+}
+
+/// `/v1/embeddings` refuses what it cannot answer in OpenAI's shape: no
+/// pooling (a vector per token), an engine without hidden states, bad
+/// inputs; each in OpenAI's error shape.
+#[test]
+fn embeddings_refusals() {
+    let none = start_with(Options {
+        pooling: smelt::model::Pooling::None,
+        ..Options::default()
+    });
+    let v = openai_error(
+        400,
+        post(none.addr, "/v1/embeddings", &json!({"input": "hi"})),
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--pooling mean"),
+        "{v}"
+    );
+    let s = start_with(Options::default());
+    let v = openai_error(400, post(s.addr, "/v1/embeddings", &json!({"input": "hi"})));
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no embeddings"),
+        "{v}"
+    );
+    for bad in [
+        json!({"input": 3.5}),
+        json!({"input": [["a"]]}),
+        json!({"input": {}}),
+    ] {
+        openai_error(400, post(s.addr, "/v1/embeddings", &bad));
+    }
+    openai_error(
+        404,
+        post(
+            s.addr,
+            "/v1/embeddings",
+            &json!({"input": "x", "model": "m"}),
+        ),
+    );
 }

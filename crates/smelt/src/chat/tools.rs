@@ -386,8 +386,31 @@ pub fn call_grammar(format: ToolFormat, tools: &[Value]) -> Option<String> {
             "start: \"[TOOL_CALLS][\" call \"]\"\ncall: %json{}",
             compact(schema_of("arguments"))
         ),
-        // Name-first formats have no one JSON document to constrain.
-        ToolFormat::MistralArgs | ToolFormat::Gemma => return None,
+        // The name comes first, then that tool's arguments: one
+        // alternative per tool.
+        ToolFormat::MistralArgs => {
+            let calls: Vec<String> = tools
+                .iter()
+                .filter_map(|t| {
+                    let f = t.get("function")?;
+                    let name = f.get("name")?.as_str()?;
+                    let params = f
+                        .get("parameters")
+                        .cloned()
+                        .unwrap_or_else(|| json!({"type": "object"}));
+                    // A JSON string is a Lark string literal.
+                    let head = Value::String(format!("{name}[ARGS]"));
+                    Some(format!("{head} %json{}", compact(params)))
+                })
+                .collect();
+            if calls.is_empty() {
+                return None;
+            }
+            format!("start: \"[TOOL_CALLS]\" call\ncall: {}", calls.join(" | "))
+        }
+        // Gemma 4's arguments are not JSON (`key:<|"|>text<|"|>`): no
+        // schema grammar yet.
+        ToolFormat::Gemma => return None,
     };
     Some(grammar)
 }

@@ -22,20 +22,20 @@
 
 use super::ModelError;
 use super::config::{Config, Glu as GluAct, Moe as MoeConfig};
-use super::decoder::Activations;
+use super::decoder::{Activations, Output};
 use super::kv_cache::KvCache;
 use super::loader::Loader;
 use crate::backend::{AttentionParams, Backend, Op, RopeParams, Tensor};
 
 /// One forward step: the model's config, activations and cache, `n` rows
-/// of which `n_out` want logits, and the views of its index inputs (already
+/// and what is read of them, and the views of its index inputs (already
 /// written to the activations).
 pub struct Step<'a> {
     pub c: &'a Config,
     pub a: &'a Activations,
     pub cache: &'a KvCache,
     pub n: usize,
-    pub n_out: usize,
+    pub out: Output,
     pub tokens: Tensor,  // 1 × B, I32
     pub pos: Tensor,     // 1 × B, I32
     pub seq: Tensor,     // 1 × B, I32
@@ -49,15 +49,19 @@ impl<'a> Step<'a> {
         a: &'a Activations,
         cache: &'a KvCache,
         n: usize,
-        n_out: usize,
+        out: Output,
     ) -> Self {
         let ids = |t: Tensor, len: usize| t.reshape(1, len);
+        let n_out = match out {
+            Output::Logits { rows } => rows,
+            Output::Hidden => 0,
+        };
         Self {
             c,
             a,
             cache,
             n,
-            n_out,
+            out,
             tokens: ids(a.tokens, n),
             pos: ids(a.pos, n),
             seq: ids(a.seq, n),
@@ -243,7 +247,7 @@ pub fn attention(
     }
     b.set_rows(k_rot, s.kv_rows, cache.k[il])?;
     b.set_rows(v, s.kv_rows, cache.v[il])?;
-    if il + 1 == c.n_layer && s.n_out == 0 {
+    if il + 1 == c.n_layer && s.out == (Output::Logits { rows: 0 }) {
         return Ok(None);
     }
     let (attn, proj) = (s.rows(a.attn), s.rows(a.proj));

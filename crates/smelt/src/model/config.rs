@@ -7,6 +7,7 @@
 //! Every value is checked here, against the others and against the tensor
 //! shapes, so the forward pass and the buffers it sizes can trust them.
 
+use super::pooling::Pooling;
 use super::{ModelError, archs};
 use crate::backend::{MoeGating, MoeParams, RopeMode};
 use crate::gguf::{Array, GgufError, Header};
@@ -148,6 +149,10 @@ pub struct Config {
     pub glu: Glu,
     /// The experts, where the FFN is a mixture of them.
     pub moe: Option<Moe>,
+    /// `{arch}.pooling_type`: how the model's embeddings are pooled, where
+    /// it says (rank, a reranker's head, and unknown values count as
+    /// unsaid).
+    pub pooling: Option<Pooling>,
 }
 
 /// Sizes beyond these are not a model but a hostile or broken file.
@@ -254,6 +259,10 @@ impl Config {
             },
         };
 
+        let pooling = m
+            .opt_u32("pooling_type")?
+            .and_then(|v| Pooling::from_gguf(v as u32));
+
         let mut c = Config {
             arch,
             n_layer,
@@ -284,6 +293,7 @@ impl Config {
             post_norms: false,
             glu: Glu::Silu,
             moe: None,
+            pooling,
         };
         c.validate(&m)?;
         c.check_file(&m)?;

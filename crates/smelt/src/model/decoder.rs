@@ -9,7 +9,8 @@
 //!   x += a, or rms_norm(a) · post_attention_norm  (post norms: Gemma)
 //!   f = glu(x) or moe(x)                          (blocks::glu, blocks::moe)
 //!   x += f, or rms_norm(f) · post_ffw_norm
-//! logits = rms_norm(x) · output_norm · Woutputᵀ (+ output bias)  (output.rs: in pieces)
+//! h = rms_norm(x) · output_norm                 (Output::Hidden stops here)
+//! logits = h · Woutputᵀ (+ output bias)  (output.rs: in pieces)
 //!          (then cap · tanh(logits / cap): final soft-capping)
 //! ```
 //!
@@ -208,10 +209,19 @@ impl Activations {
     }
 }
 
+/// What a forward pass leaves for the host to read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The logits of `rows` rows, whose ids are in `a.out_ids`, into
+    /// `a.logits` (`rows × V`); with 0 rows the pass only fills the cache.
+    Logits { rows: usize },
+    /// Every row's final hidden state, after the output norm (llama.cpp's
+    /// `embd`), into `a.h` (`B × E`): what embeddings are pooled from.
+    Hidden,
+}
+
 /// One step of `n` rows, whose ids, positions, slots and cache rows are
-/// already written to `a`; `n_out` rows' ids are in `a.out_ids`. Records the
-/// logits into `a.logits` (`n_out × V`); with `n_out == 0` it only fills the
-/// cache.
+/// already written to `a`; records what `out` asks for.
 pub fn forward(
     b: &mut dyn Backend,
     c: &Config,
@@ -219,9 +229,13 @@ pub fn forward(
     cache: &KvCache,
     a: &Activations,
     n: usize,
-    n_out: usize,
+    out: Output,
 ) -> Result<(), ModelError> {
-    let s = Step::new(c, a, cache, n, n_out);
+    let n_out = match out {
+        Output::Logits { rows } => rows,
+        Output::Hidden => n,
+    };
+    let s = Step::new(c, a, cache, n, out);
     let factors = w.rope_factors(c, cache.n_ctx);
     let x = s.rows(a.x);
     b.get_rows(w.token_embd, s.tokens, x)?;
@@ -237,7 +251,7 @@ pub fn forward(
         residual(b, c, s.rows(a.h), l.post_norms.map(|p| p[0]), x, proj)?;
 
         // From here on the last layer works on the output rows only.
-        let (cur, m) = if il + 1 == w.layers.len() {
+        let (cur, m) = if il + 1 == w.layers.len() && out != Output::Hidden {
             let xo = a.x_out.with_rows(n_out);
             b.get_rows(x, s.out_ids, xo)?;
             (xo, n_out)
@@ -257,8 +271,12 @@ pub fn forward(
             proj,
         )?;
     }
-    let (xo, h) = (a.x_out.with_rows(n_out), a.h.with_rows(n_out));
-    b.rms_norm(xo, Some(w.output_norm), c.rms_eps, h)?;
+    let h = a.h.with_rows(n_out);
+    if out == Output::Hidden {
+        b.rms_norm(x, Some(w.output_norm), c.rms_eps, h)?;
+        return Ok(());
+    }
+    b.rms_norm(a.x_out.with_rows(n_out), Some(w.output_norm), c.rms_eps, h)?;
     a.logits.project(b, w.output, h)?;
     // The bias and the cap are per logit: each piece gets them on its own.
     for logits in a.logits.views(n_out) {

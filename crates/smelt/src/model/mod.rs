@@ -17,6 +17,7 @@ pub mod decoder;
 pub mod kv_cache;
 pub mod loader;
 pub mod output;
+pub mod pooling;
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ use crate::quant::GgmlType;
 use crate::server;
 pub use config::{ARCHS, Arch, Config};
 use kv_cache::KvCache;
+pub use pooling::Pooling;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -230,9 +232,10 @@ pub struct Session {
     n_ctx: usize,
     cache: KvCache,
     act: decoder::Activations,
-    /// Host staging, reused: per-chunk indices and all outputs' logits.
+    /// Host staging, reused: per-chunk indices, and all outputs' logits or
+    /// hidden states.
     staging: [Vec<i32>; 5],
-    logits: Vec<f32>,
+    out: Vec<f32>,
 }
 
 impl Session {
@@ -277,7 +280,7 @@ impl Session {
             cache,
             act,
             staging: Default::default(),
-            logits: Vec::new(),
+            out: Vec::new(),
         })
     }
 
@@ -326,13 +329,29 @@ impl Session {
     /// Each slot's rows must be consecutive positions, starting at most at
     /// the slot's current length (continuing it or rewinding it).
     pub fn decode(&mut self, rows: &[BatchRow]) -> Result<&[f32]> {
+        self.run(rows, false)
+    }
+
+    /// Runs the rows as `decode` does and returns every row's final hidden
+    /// state after the output norm, in row order: `rows × n_embd` values,
+    /// what [`Pooling`] makes embeddings of. The rows' `logits` flags are
+    /// ignored.
+    pub fn hidden(&mut self, rows: &[BatchRow]) -> Result<&[f32]> {
+        self.run(rows, true)
+    }
+
+    /// `decode` (`hidden` false) or `hidden`, in chunks of `n_batch` rows.
+    fn run(&mut self, rows: &[BatchRow], hidden: bool) -> Result<&[f32]> {
         let spans = self.check(rows)?;
-        let vocab = self.model.config.n_vocab;
-        let n_out_total = rows.iter().filter(|r| r.logits).count();
-        self.logits.resize(n_out_total * vocab, 0.0);
+        let c = &self.model.config;
+        let (width, n_out_total) = match hidden {
+            true => (c.n_embd, rows.len()),
+            false => (c.n_vocab, rows.iter().filter(|r| r.logits).count()),
+        };
+        self.out.resize(n_out_total * width, 0.0);
         let mut out_done = 0;
         for chunk in rows.chunks(self.params.n_batch) {
-            if let Err(e) = self.run_chunk(chunk, out_done) {
+            if let Err(e) = self.run_chunk(chunk, hidden, out_done) {
                 // What this batch wrote is unknown now; what came before
                 // its first position of each slot is intact.
                 for (slot, &(first, _)) in spans
@@ -344,14 +363,17 @@ impl Session {
                 }
                 return Err(e);
             }
-            out_done += chunk.iter().filter(|r| r.logits).count();
+            out_done += match hidden {
+                true => chunk.len(),
+                false => chunk.iter().filter(|r| r.logits).count(),
+            };
         }
         for (slot, span) in spans.iter().enumerate() {
             if let Some((_, last)) = *span {
                 self.cache.commit(slot, last);
             }
         }
-        Ok(&self.logits)
+        Ok(&self.out)
     }
 
     /// Checks a batch against the vocabulary, the slots and the context;
@@ -402,9 +424,10 @@ impl Session {
         Ok(spans)
     }
 
-    /// One forward pass of at most `n_batch` rows; its outputs' logits go
-    /// to `self.logits` from output row `out_done` on.
-    fn run_chunk(&mut self, rows: &[BatchRow], out_done: usize) -> Result<()> {
+    /// One forward pass of at most `n_batch` rows; its outputs' logits (or
+    /// every row's hidden state) go to `self.out` from output row
+    /// `out_done` on.
+    fn run_chunk(&mut self, rows: &[BatchRow], hidden: bool, out_done: usize) -> Result<()> {
         let [tokens, pos, seq, kv_rows, out_ids] = &mut self.staging;
         for v in [
             &mut *tokens,
@@ -436,11 +459,19 @@ impl Session {
         b.write_i32(a.kv_rows, kv_rows)?;
         b.write_i32(a.out_ids, out_ids)?;
         let c = &self.model.config;
-        decoder::forward(b, c, &self.model.weights, &self.cache, a, n, n_out)?;
+        let out = match hidden {
+            true => decoder::Output::Hidden,
+            false => decoder::Output::Logits { rows: n_out },
+        };
+        decoder::forward(b, c, &self.model.weights, &self.cache, a, n, out)?;
         let recorded = Instant::now();
-        if n_out > 0 {
-            let vocab = self.model.config.n_vocab;
-            let dst = &mut self.logits[out_done * vocab..(out_done + n_out) * vocab];
+        if hidden {
+            let e = c.n_embd;
+            let dst = &mut self.out[out_done * e..(out_done + n) * e];
+            b.read(a.h.with_rows(n), bytemuck::cast_slice_mut(dst))?;
+        } else if n_out > 0 {
+            let vocab = c.n_vocab;
+            let dst = &mut self.out[out_done * vocab..(out_done + n_out) * vocab];
             let pieces: Vec<_> = a.logits.views(n_out).collect();
             b.read_all(&pieces, bytemuck::cast_slice_mut(dst))?;
         }
@@ -474,5 +505,13 @@ impl server::Engine for Session {
 
     fn truncate(&mut self, slot: usize, len: usize) {
         Session::truncate(self, slot, len);
+    }
+
+    fn n_embd(&self) -> usize {
+        self.model.config.n_embd
+    }
+
+    fn hidden(&mut self, rows: &[server::Row]) -> std::result::Result<&[f32], String> {
+        Session::hidden(self, rows).map_err(|e| e.to_string())
     }
 }

@@ -9,9 +9,13 @@
 //! the text as it is generated, and learn that a client went away through
 //! [`Sink::is_closed`], which cancels the generation and frees its slot.
 //!
+//! Embedding requests ([`EmbedRequest`]) queue beside them; each takes a
+//! free slot between two steps, reads its inputs' hidden states and answers
+//! with their pooled vectors.
+//!
 //! The scheduler sees the model through two small traits, [`Engine`] (a
-//! multi-slot session: `decode` a batch of rows) and [`Vocab`] (end of
-//! generation, token bytes).
+//! multi-slot session: `decode` a batch of rows, or read its `hidden`
+//! states) and [`Vocab`] (end of generation, token bytes).
 
 mod scheduler;
 mod text;
@@ -20,6 +24,7 @@ pub use scheduler::{Scheduler, SubmitError};
 pub use text::{StopMatcher, StopScan, Utf8Stream};
 
 use crate::grammar::Constraint;
+use crate::model::Pooling;
 use crate::sample::{SamplerParams, TokenLogprob};
 
 /// One row of a forward pass: the model's batch row.
@@ -40,6 +45,15 @@ pub trait Engine: Send {
     fn decode(&mut self, rows: &[Row]) -> Result<&[f32], String>;
     /// Forgets positions `len..` of `slot`.
     fn truncate(&mut self, slot: usize, len: usize);
+    /// Values per hidden state: an embedding's length (0: none are given).
+    fn n_embd(&self) -> usize {
+        0
+    }
+    /// Runs the rows as `decode` does and returns every row's final hidden
+    /// state, in row order: `rows × n_embd` values.
+    fn hidden(&mut self, _rows: &[Row]) -> Result<&[f32], String> {
+        Err("this engine gives no hidden states".into())
+    }
 }
 
 /// What the scheduler needs from the tokenizer.
@@ -69,6 +83,12 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     fn truncate(&mut self, slot: usize, len: usize) {
         (**self).truncate(slot, len)
     }
+    fn n_embd(&self) -> usize {
+        (**self).n_embd()
+    }
+    fn hidden(&mut self, rows: &[Row]) -> Result<&[f32], String> {
+        (**self).hidden(rows)
+    }
 }
 
 impl<V: Vocab + ?Sized> Vocab for Box<V> {
@@ -96,6 +116,27 @@ pub struct GenRequest {
     /// A grammar the output must match: tokens it does not allow are
     /// masked out before sampling.
     pub constraint: Option<Constraint>,
+}
+
+/// Inputs to embed, each read as its own sequence.
+#[derive(Clone, Debug)]
+pub struct EmbedRequest {
+    /// Each input's token ids, BOS included if the model wants it.
+    pub inputs: Vec<Vec<u32>>,
+    pub pooling: Pooling,
+}
+
+/// Where an embedding request's answer goes, once: per input its pooled,
+/// L2-normalized vector (`n_embd` values; one per token for
+/// [`Pooling::None`]).
+pub type EmbedReply = Box<dyn FnOnce(Result<Vec<Vec<f32>>, EmbedError>) + Send>;
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EmbedError {
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("embedding failed: {0}")]
+    Failed(String),
 }
 
 /// Why a generation ended.

@@ -2,6 +2,9 @@
 //! step decodes one batch holding the next token of every generating
 //! sequence plus a chunk of any prompt being read (continuous batching).
 //!
+//! An embedding job waits in its own queue and runs, when a slot is free,
+//! between two steps: all its inputs, one after another, in that slot.
+//!
 //! A slot remembers the tokens its KV cache holds. A new request goes to
 //! the free slot sharing the longest prefix with its prompt and reuses that
 //! prefix instead of recomputing it (llama.cpp's `cache_prompt`): a chat's
@@ -12,7 +15,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use super::text::{StopMatcher, StopScan, Utf8Stream};
-use super::{Engine, Event, FinishReason, GenRequest, Row, Sink, Usage, Vocab};
+use super::{
+    EmbedError, EmbedReply, EmbedRequest, Engine, Event, FinishReason, GenRequest, Row, Sink,
+    Usage, Vocab,
+};
 use crate::sample::{Sampler, TokenLogprob, logprobs};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -25,6 +31,16 @@ pub enum SubmitError {
     PromptTooLong { tokens: usize, n_ctx: usize },
     #[error("the prompt is empty")]
     EmptyPrompt,
+    #[error("input {index} has {tokens} tokens; the context holds {n_ctx}")]
+    InputTooLong {
+        index: usize,
+        tokens: usize,
+        n_ctx: usize,
+    },
+    #[error("input {0} is empty")]
+    EmptyInput(usize),
+    #[error("this model gives no embeddings")]
+    NoEmbeddings,
     #[error("max_tokens must be at least 1")]
     ZeroMaxTokens,
     #[error("invalid sampling parameters: {0}")]
@@ -41,6 +57,7 @@ pub struct Scheduler {
     n_ctx: usize,
     n_slots: usize,
     n_vocab: usize,
+    n_embd: usize,
 }
 
 struct Shared {
@@ -50,6 +67,7 @@ struct Shared {
 
 struct Queue {
     waiting: VecDeque<Job>,
+    embeds: VecDeque<EmbedJob>,
     /// Most requests that may wait for a slot.
     capacity: usize,
     /// Requests holding a slot.
@@ -60,6 +78,11 @@ struct Queue {
 struct Job {
     req: GenRequest,
     sink: Box<dyn Sink>,
+}
+
+struct EmbedJob {
+    req: EmbedRequest,
+    reply: EmbedReply,
 }
 
 impl Scheduler {
@@ -73,13 +96,19 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 waiting: VecDeque::new(),
+                embeds: VecDeque::new(),
                 capacity: queue_capacity,
                 active: 0,
                 shutdown: false,
             }),
             wake: Condvar::new(),
         });
-        let (n_ctx, n_slots, n_vocab) = (engine.n_ctx(), engine.n_slots(), engine.n_vocab());
+        let (n_ctx, n_slots, n_vocab, n_embd) = (
+            engine.n_ctx(),
+            engine.n_slots(),
+            engine.n_vocab(),
+            engine.n_embd(),
+        );
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -93,6 +122,7 @@ impl Scheduler {
             n_ctx,
             n_slots,
             n_vocab,
+            n_embd,
         }
     }
 
@@ -108,6 +138,11 @@ impl Scheduler {
     /// Tokens in the vocabulary: ids are below this.
     pub fn n_vocab(&self) -> usize {
         self.n_vocab
+    }
+
+    /// An embedding's length; 0 where the engine gives none.
+    pub fn n_embd(&self) -> usize {
+        self.n_embd
     }
 
     /// Checks a request and queues it. Events go to `sink` from the
@@ -126,15 +161,45 @@ impl Scheduler {
             return Err(SubmitError::ZeroMaxTokens);
         }
         req.sampler.validate().map_err(SubmitError::BadSampler)?;
+        self.enqueue(|q| q.waiting.push_back(Job { req, sink }))
+    }
+
+    /// Checks an embedding request and queues it; `reply` gets the vectors
+    /// from the scheduler thread. Each input must fit the context.
+    pub fn submit_embed(&self, req: EmbedRequest, reply: EmbedReply) -> Result<(), SubmitError> {
+        if self.n_embd == 0 {
+            return Err(SubmitError::NoEmbeddings);
+        }
+        if req.inputs.is_empty() {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        for (index, input) in req.inputs.iter().enumerate() {
+            if input.is_empty() {
+                return Err(SubmitError::EmptyInput(index));
+            }
+            if input.len() > self.n_ctx {
+                return Err(SubmitError::InputTooLong {
+                    index,
+                    tokens: input.len(),
+                    n_ctx: self.n_ctx,
+                });
+            }
+        }
+        self.enqueue(|q| q.embeds.push_back(EmbedJob { req, reply }))
+    }
+
+    /// Runs `push` on the queue unless it is shut down or full.
+    fn enqueue(&self, push: impl FnOnce(&mut Queue)) -> Result<(), SubmitError> {
         let mut q = lock(&self.shared.queue);
         if q.shutdown {
             return Err(SubmitError::ShuttingDown);
         }
         let free_slots = self.n_slots.saturating_sub(q.active);
-        if q.waiting.len() >= q.capacity + free_slots {
-            return Err(SubmitError::QueueFull(q.waiting.len()));
+        let waiting = q.waiting.len() + q.embeds.len();
+        if waiting >= q.capacity + free_slots {
+            return Err(SubmitError::QueueFull(waiting));
         }
-        q.waiting.push_back(Job { req, sink });
+        push(&mut q);
         drop(q);
         self.shared.wake.notify_one();
         Ok(())
@@ -156,7 +221,7 @@ impl Scheduler {
     /// (requests holding a slot, requests waiting).
     pub fn load(&self) -> (usize, usize) {
         let q = lock(&self.shared.queue);
-        (q.active, q.waiting.len())
+        (q.active, q.waiting.len() + q.embeds.len())
     }
 }
 
@@ -203,6 +268,8 @@ struct Worker<E, V> {
     shared: Arc<Shared>,
     slots: Vec<Slot>,
     seqs: Vec<Seq>,
+    /// An embedding job taken from the queue, run before the next step.
+    embed: Option<EmbedJob>,
     /// Reused: one row of logits for the sampler.
     logits: Vec<f32>,
 }
@@ -221,6 +288,7 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
             shared,
             slots,
             seqs: Vec::new(),
+            embed: None,
             logits: Vec::new(),
         }
     }
@@ -236,6 +304,9 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
                 }
             });
             self.release_free_slots();
+            if let Some(job) = self.embed.take() {
+                self.run_embed(job);
+            }
             if !self.seqs.is_empty() {
                 self.step();
                 self.release_free_slots();
@@ -258,6 +329,9 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
                 for mut job in q.waiting.drain(..) {
                     cancel_waiting(&mut job);
                 }
+                for job in q.embeds.drain(..) {
+                    (job.reply)(Err(EmbedError::ShuttingDown));
+                }
                 return false;
             }
             // Drop requests whose client left while they waited.
@@ -274,8 +348,11 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
                 };
                 self.start(job);
             }
+            if self.seqs.len() < self.slots.len() {
+                self.embed = q.embeds.pop_front();
+            }
             q.active = self.seqs.len();
-            if !self.seqs.is_empty() {
+            if !self.seqs.is_empty() || self.embed.is_some() {
                 return true;
             }
             q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -312,6 +389,38 @@ impl<E: Engine, V: Vocab> Worker<E, V> {
             utf8: Utf8Stream::default(),
             stop,
         });
+    }
+
+    /// Reads each input of `job` in a free slot and answers with their
+    /// pooled vectors. The slot keeps the last input's tokens cached.
+    fn run_embed(&mut self, job: EmbedJob) {
+        let slot = (0..self.slots.len())
+            .find(|&i| !self.slots[i].busy)
+            .expect("an embedding job is taken only when a slot is free");
+        let n_embd = self.engine.n_embd();
+        let mut vectors = Vec::with_capacity(job.req.inputs.len());
+        for input in &job.req.inputs {
+            self.engine.truncate(slot, 0);
+            self.slots[slot].tokens.clear();
+            let rows: Vec<Row> = (0..input.len())
+                .map(|pos| Row {
+                    token: input[pos],
+                    pos,
+                    seq: slot,
+                    logits: false,
+                })
+                .collect();
+            match self.engine.hidden(&rows) {
+                Ok(hidden) => vectors.push(job.req.pooling.pool(hidden, n_embd)),
+                Err(e) => {
+                    self.engine.truncate(slot, 0);
+                    (job.reply)(Err(EmbedError::Failed(e)));
+                    return;
+                }
+            }
+            self.slots[slot].tokens.clone_from(input);
+        }
+        (job.reply)(Ok(vectors));
     }
 
     fn release_free_slots(&mut self) {

@@ -77,6 +77,22 @@ impl Engine for Toy {
     fn truncate(&mut self, slot: usize, len: usize) {
         self.lens[slot] = self.lens[slot].min(len);
     }
+    fn n_embd(&self) -> usize {
+        2
+    }
+    /// Each row's hidden state is `(token, 1)`.
+    fn hidden(&mut self, rows: &[Row]) -> Result<&[f32], String> {
+        self.log.lock().unwrap().push(rows.to_vec());
+        self.logits.clear();
+        for r in rows {
+            if r.pos != self.lens[r.seq] || r.pos >= self.n_ctx {
+                return Err(format!("row {r:?} does not continue slot {}", r.seq));
+            }
+            self.lens[r.seq] += 1;
+            self.logits.extend_from_slice(&[r.token as f32, 1.0]);
+        }
+        Ok(&self.logits)
+    }
 }
 
 struct Letters;
@@ -355,4 +371,57 @@ fn logprobs_come_before_each_tokens_text() {
         assert_eq!(l.top[0].0, l.token);
     }
     assert!(matches!(&events[0], Event::Logprob(_)));
+}
+
+/// Embedding jobs run between steps in a free slot, each input its own
+/// sequence from position 0, pooled and normalized; bad ones are refused.
+#[test]
+fn embeds_each_input_in_a_free_slot() {
+    let (toy, log) = Toy::new(2, 8);
+    let sched = Scheduler::spawn(toy, Letters, 4);
+    // A generation holds one slot meanwhile.
+    let (s, rx, _) = sink();
+    sched.submit(request(&[0], None, &[]), s).unwrap();
+    let embed = |inputs: Vec<Vec<u32>>, pooling| {
+        let (tx, rx) = channel();
+        let reply: EmbedReply = Box::new(move |r| tx.send(r).unwrap());
+        sched
+            .submit_embed(EmbedRequest { inputs, pooling }, reply)
+            .map(|()| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+    };
+    use crate::model::Pooling;
+    let got = embed(vec![vec![3], vec![1, 2]], Pooling::Last)
+        .unwrap()
+        .unwrap();
+    let unit = |x: f32, y: f32| {
+        let n = (x * x + y * y).sqrt();
+        vec![x / n, y / n]
+    };
+    assert_eq!(got, vec![unit(3.0, 1.0), unit(2.0, 1.0)]);
+    let got = embed(vec![vec![1, 2]], Pooling::Mean).unwrap().unwrap();
+    assert_eq!(got, vec![unit(1.5, 1.0)]);
+    assert_eq!(collect(&rx).0, "bcdefg");
+    // Each input was read from position 0.
+    let log = log.lock().unwrap();
+    assert!(
+        log.iter()
+            .any(|rows| rows.len() == 2 && rows[0].pos == 0 && !rows[0].logits)
+    );
+
+    assert_eq!(
+        embed(vec![], Pooling::Last).err(),
+        Some(SubmitError::EmptyPrompt)
+    );
+    assert_eq!(
+        embed(vec![vec![1], vec![]], Pooling::Last).err(),
+        Some(SubmitError::EmptyInput(1))
+    );
+    assert_eq!(
+        embed(vec![vec![1; 9]], Pooling::Last).err(),
+        Some(SubmitError::InputTooLong {
+            index: 0,
+            tokens: 9,
+            n_ctx: 8
+        })
+    );
 }
