@@ -107,3 +107,21 @@ fn embed_cli_defaults_to_a_vector_per_token() {
         assert!((norm - 1.0).abs() < 1e-5, "norm {norm}");
     }
 }
+
+/// `smelt serve` without `--pooling`, for a model that names none, pools
+/// the last token's state: /v1/embeddings answers without a flag, with
+/// what `smelt embed --pooling last` gives.
+#[test]
+fn serve_pools_the_last_token_when_the_model_names_no_pooling() {
+    let text = "Hello, world!";
+    let want = floats(&embed(&["--pooling", "last", text])["data"][0]["embedding"]);
+    let server = Server::start(&["--ctx", "256", "--backend", "cpu"]);
+    let body = serde_json::json!({ "input": text });
+    let response = serve_support::post_json(server.addr, "/v1/embeddings", &body);
+    assert_eq!(response.status, 200, "{}", response.body);
+    let got = floats(&response.json()["data"][0]["embedding"]);
+    assert_eq!(got.len(), want.len());
+    let cos = cosine(&got, &want);
+    assert!(cos > 0.99999, "cosine {cos} to smelt embed --pooling last");
+    assert!(server.terminate().success());
+}

@@ -53,8 +53,8 @@ pub struct Args {
     /// How /v1/embeddings pools a sequence's hidden states: mean, last
     /// (the last token's), cls (the first token's) or none (refused by the
     /// endpoint: a vector per token). Default: the model's pooling_type, as
-    /// llama-server; none where the model does not say, as for most
-    /// generative models
+    /// llama-server; last where the model does not say (most generative
+    /// models), so that /v1/embeddings answers without a flag
     #[arg(long, value_name = "POOLING")]
     pooling: Option<Pooling>,
     /// Seconds a keep-alive connection may wait between requests before it
@@ -99,7 +99,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             token_bytes: loaded.token_bytes,
             grammars: Some(loaded.grammars),
             model_id,
-            pooling: args.pooling.or(loaded.pooling).unwrap_or(Pooling::None),
+            pooling: args.pooling.or(loaded.pooling).unwrap_or(Pooling::Last),
         },
         Limits {
             api_key: args.api_key,
