@@ -74,6 +74,10 @@ TINY_TYPE = {"mistral": "F32"}
 LARGE = {
     # Qwen3-8B: untied output, 36 layers, GQA 32/8 of 128.
     "qwen3-8b": ("qwen3", Shape(4096, 36, 12288, 32, 8, 128, n_ctx=40960)),
+    # Llama-70B's layer shape (GQA 64/8 of 128, FFN 28672) with 100 layers:
+    # 86B parameters, 85 GiB at Q8_0, more than one 80 GB card holds (a
+    # layer split's test).
+    "qwen3-86b": ("qwen3", Shape(8192, 100, 28672, 64, 8, 128, n_ctx=8192)),
     # Qwen3-30B-A3B: 128 experts of 768, 8 used, GQA 32/4 of 128.
     "qwen3moe-30b-a3b": (
         "qwen3moe",

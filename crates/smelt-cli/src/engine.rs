@@ -10,9 +10,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use smelt::backend::Stats;
 use smelt::backend::gpu::GpuOptions;
 use smelt::backend::select::{self, BackendKind};
+use smelt::backend::split;
+use smelt::backend::{DeviceStats, Stats};
 use smelt::chat::ChatTemplate;
 use smelt::gguf::{GgufError, GgufFile};
 use smelt::grammar::Grammars;
@@ -57,6 +58,24 @@ pub struct BackendArgs {
     /// --backend gpu)
     #[arg(long)]
     pub device: Option<usize>,
+    /// How a model spreads over several GPU adapters: none (one adapter)
+    /// or layer (each adapter in --devices holds a contiguous run of
+    /// layers, with their weights and KV cache; the activations cross at
+    /// each boundary). Naming several --devices, or --tensor-split, means
+    /// layer
+    #[arg(long, default_value = "none")]
+    pub split_mode: SplitMode,
+    /// GPU adapters of a layer split, as indices into `smelt devices`,
+    /// comma-separated: `--devices 0,1`. An index may repeat (one adapter
+    /// opened as two devices, for testing)
+    #[arg(long, value_delimiter = ',', conflicts_with = "device")]
+    pub devices: Vec<usize>,
+    /// The share of the layers each of --devices takes, comma-separated
+    /// positive numbers, one per device: `--tensor-split 3,1` puts three
+    /// quarters of the layers' bytes on the first (default: in proportion
+    /// to each adapter's memory)
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub tensor_split: Vec<f64>,
     /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -71,8 +90,8 @@ pub struct BackendArgs {
     /// --exact)
     #[arg(long, hide = true, conflicts_with = "exact")]
     pub gpu_f32_acts: bool,
-    /// Print the backend's work per token (submissions, dispatches) on
-    /// stderr
+    /// Print the backend's work per token (submissions, dispatches, and
+    /// on a layer split the boundary copies) for each device on stderr
     #[arg(long)]
     pub verbose: bool,
     /// GPU: time every kernel with timestamp queries (each dispatch in its
@@ -81,9 +100,20 @@ pub struct BackendArgs {
     pub perf: bool,
 }
 
+/// `--split-mode`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SplitMode {
+    /// One adapter holds the whole model.
+    #[default]
+    None,
+    /// Each adapter of --devices holds a contiguous run of layers.
+    Layer,
+}
+
 impl BackendArgs {
-    /// The backend, with one line on stderr saying which it is.
-    fn make(&self) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
+    /// The backend, with one line on stderr saying which it is; a layer
+    /// split is planned for `model` first (see [`split::plan`]).
+    fn make(&self, model: &SplitModel) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
         if self.gpu_f32_acts {
             eprintln!("smelt: --gpu-f32-acts is deprecated: the fast mode is the GPU's default");
         }
@@ -92,9 +122,87 @@ impl BackendArgs {
             profile: self.perf,
             ..GpuOptions::default()
         };
-        let chosen = select::choose(self.backend, self.device, self.threads, &gpu)?;
+        let chosen = if self.is_split()? {
+            let adapters = select::split_adapters(&self.devices)?;
+            let memory: Vec<split::plan::DeviceMemory> = adapters
+                .iter()
+                .map(|a| split::plan::DeviceMemory {
+                    name: format!("GPU {} ({})", a.index, a.name),
+                    bytes: a.memory.map(|m| m.usable()),
+                })
+                .collect();
+            let shares = (!self.tensor_split.is_empty()).then_some(self.tensor_split.as_slice());
+            let placement = split::plan::plan(&model.need(), &memory, shares)
+                .map_err(|e| anyhow::anyhow!("cannot split {}: {e}", model.name))?;
+            // --perf times each boundary copy alone (a sync first).
+            let opts = split::SplitOptions {
+                time_copies: self.perf,
+            };
+            select::split(&self.devices, &gpu, placement, opts)?
+        } else {
+            select::choose(self.backend, self.device, self.threads, &gpu)?
+        };
         eprintln!("smelt: {}", chosen.choice);
         Ok(chosen.backend)
+    }
+
+    /// Whether the flags ask for a layer split, refusing ones that
+    /// contradict each other.
+    fn is_split(&self) -> anyhow::Result<bool> {
+        let asked = self.split_mode == SplitMode::Layer
+            || self.devices.len() > 1
+            || !self.tensor_split.is_empty();
+        if !asked {
+            if let [one] = self.devices[..] {
+                bail!(
+                    "--devices {one} names one adapter: use --device {one}, or name several to split"
+                );
+            }
+            return Ok(false);
+        }
+        if matches!(self.backend, BackendKind::Cpu | BackendKind::CpuRef) {
+            bail!(
+                "a layer split spreads a model over GPU adapters; it cannot go with --backend cpu"
+            );
+        }
+        if self.split_mode == SplitMode::None && !self.devices.is_empty() && self.devices.len() < 2
+        {
+            bail!("--split-mode none takes one adapter (--device N)");
+        }
+        if self.devices.is_empty() {
+            bail!("--split-mode layer and --tensor-split need --devices (e.g. --devices 0,1)");
+        }
+        Ok(true)
+    }
+}
+
+/// What planning a layer split needs to know of the model and session.
+pub struct SplitModel<'a> {
+    name: String,
+    file: &'a GgufFile,
+    config: &'a smelt::model::Config,
+    params: &'a SessionParams,
+}
+
+impl SplitModel<'_> {
+    /// Weights by layer, the KV cache, and a reserve on each device for
+    /// the activations of a batch and the logits.
+    fn need(&self) -> split::plan::Need {
+        let c = self.config;
+        let n_ctx = self
+            .params
+            .n_ctx
+            .unwrap_or(c.n_ctx_train.min(smelt::model::DEFAULT_MAX_CTX));
+        let kv = smelt::model::kv_cache::bytes(c, n_ctx, self.params.n_slots, self.params.kv_type)
+            .unwrap_or(u64::MAX)
+            / c.n_layer.max(1) as u64;
+        // A batch's widest rows (the FFN's gate and up, attention's
+        // scores) and the logits, with room for the backend's scratch.
+        let widest = c.n_ff.max(c.n_embd * 4) as u64;
+        let reserve = self.params.n_batch as u64 * widest * 4 * 4
+            + self.params.n_outputs as u64 * c.n_vocab as u64 * 4
+            + (256 << 20);
+        split::plan::Need::from_gguf(self.file, c.n_layer, kv, reserve)
     }
 }
 
@@ -123,6 +231,35 @@ impl PerToken {
     }
 }
 
+/// `--verbose`'s lines for a layer split (nothing for one device): per
+/// device, its submissions and dispatches per token and the boundary
+/// copies into it, their host time where `--perf` timed them alone.
+pub fn report_devices(before: &[DeviceStats], after: &[DeviceStats], tokens: usize, what: &str) {
+    if after.len() < 2 || before.len() != after.len() {
+        return;
+    }
+    let n = tokens.max(1) as f64;
+    for (d, (b, a)) in before.iter().zip(after).enumerate() {
+        let work = PerToken::between(b.stats, a.stats, tokens);
+        let copies = (a.copies_in.count - b.copies_in.count) as f64 / n;
+        let bytes = (a.copies_in.bytes - b.copies_in.bytes) as f64 / n;
+        let seconds = (a.copies_in.seconds - b.copies_in.seconds) / n;
+        let timed = if seconds > 0.0 {
+            format!(", {:.1} µs", seconds * 1e6)
+        } else {
+            String::new()
+        };
+        eprintln!(
+            "smelt: {what}: device {d} ({}): {:.2} submissions, {:.1} dispatches, \
+             {copies:.2} copies in ({:.1} KiB{timed}) per token",
+            a.name,
+            work.submissions,
+            work.dispatches,
+            bytes / 1024.0
+        );
+    }
+}
+
 /// A model ready to run.
 pub struct Opened {
     pub path: PathBuf,
@@ -146,7 +283,12 @@ pub fn open(
         .with_context(|| format!("cannot run {}", path.display()))?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
-    let made = backend.make()?;
+    let made = backend.make(&SplitModel {
+        name: file_name(&path),
+        file: &file,
+        config: &config,
+        params: &params,
+    })?;
     if !made.caps().is_gpu || made.caps().unified_memory {
         check_kv_fits(&config, &params, available_memory())?;
     }

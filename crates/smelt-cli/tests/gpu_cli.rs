@@ -271,3 +271,77 @@ fn no_gpu_is_an_error_for_gpu_and_the_cpu_for_auto() {
         "{err}"
     );
 }
+
+/// A layer split over adapter 0 opened twice (`--devices 0,0`) gives the
+/// single device's greedy text, and `--verbose` says per device: one
+/// submission per token each, one boundary copy per token into the second.
+#[test]
+fn split_over_one_adapter_twice_is_greedy_and_verbose() {
+    let m = model();
+    let out = smelt(&[
+        "run",
+        "-m",
+        &m,
+        "--devices",
+        "0,0",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        "--verbose",
+        "-p",
+        "The capital of France is",
+    ]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), " Paris.\n\n");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("using a layer split over GPU 0 ("), "{err}");
+    assert!(err.contains("layers 0..15, GPU 0 ("), "{err}");
+    for (device, copies) in [(0, "0.00"), (1, "1.00")] {
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("smelt: generation: device {device} (")))
+            .unwrap_or_else(|| panic!("no line for device {device}: {err}"));
+        assert!(line.contains(": 1.00 submissions"), "{line}");
+        assert!(line.contains(&format!("{copies} copies in")), "{line}");
+    }
+}
+
+/// A split's bad flags are refused with a clear error before any upload.
+#[test]
+fn split_flags_are_checked() {
+    let m = model();
+    for (flags, says) in [
+        (
+            &["--devices", "0,7"][..],
+            "--devices names adapter 7, but there is 1",
+        ),
+        (
+            &["--devices", "0,0", "--tensor-split", "0,1"],
+            "value 0 is not a positive",
+        ),
+        (
+            &["--devices", "0,0", "--tensor-split=-1,2"],
+            "value -1 is not a positive",
+        ),
+        (
+            &["--devices", "0,0", "--tensor-split", "1,2,3"],
+            "3 values for 2 devices",
+        ),
+        (&["--devices", "0"], "names one adapter: use --device 0"),
+        (&["--split-mode", "layer"], "need --devices"),
+        (
+            &["--backend", "cpu", "--devices", "0,0"],
+            "cannot go with --backend cpu",
+        ),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_smelt"))
+            .args(["run", "-m", &m, "-n", "1", "-p", "Hi"])
+            .args(flags)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{flags:?}: {err}");
+        assert!(err.contains(says), "{flags:?}: {err}");
+        assert!(!err.contains("smelt: loaded"), "{flags:?}: {err}");
+    }
+}

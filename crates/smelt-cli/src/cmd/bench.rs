@@ -144,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         progress(&test, None, args.repetitions);
         run(&mut m.session)?;
         let before = m.session.model().backend_stats();
+        let devices_before = m.session.model().backend_device_stats();
         let times = m.session.model().backend_op_times();
         let samples = (0..args.repetitions)
             .map(|i| {
@@ -154,6 +155,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?;
         let after = m.session.model().backend_stats();
         let tokens = args.n_prompt * args.repetitions;
+        if args.backend.verbose {
+            let devices_after = m.session.model().backend_device_stats();
+            let test = format!("pp{}", args.n_prompt);
+            engine::report_devices(&devices_before, &devices_after, tokens, &test);
+        }
         perf_table(&m.session, &format!("pp{}", args.n_prompt), &times, tokens);
         results.push(Result {
             test: format!("pp{}", args.n_prompt),
@@ -176,6 +182,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         progress(&test, None, args.repetitions);
         run(&mut m.session, 1)?;
         let before = m.session.model().backend_stats();
+        let devices_before = m.session.model().backend_device_stats();
         let times = m.session.model().backend_op_times();
         let host = m.session.host_times();
         let samples = (0..args.repetitions)
@@ -188,6 +195,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let after = m.session.model().backend_stats();
         let tokens = args.n_gen * args.repetitions;
         if args.backend.verbose {
+            let devices_after = m.session.model().backend_device_stats();
+            let test = format!("tg{}", args.n_gen);
+            engine::report_devices(&devices_before, &devices_after, tokens, &test);
             let now = m.session.host_times();
             let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / tokens as f64;
             eprintln!(

@@ -1,7 +1,7 @@
 //! `smelt devices`: every GPU adapter wgpu sees, with what the kernels care
 //! about. The index is what `--device N` selects.
 
-use smelt::backend::gpu::{AdapterReport, adapters, best_hardware_of};
+use smelt::backend::gpu::{AdapterMemory, AdapterReport, adapters, best_hardware_of};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -47,7 +47,7 @@ fn text(r: &AdapterReport) -> String {
          features: subgroups {} (sizes {}..{}), shader-f16 {}, cooperative matrix {}, \
          timestamp queries {}, mappable primary buffers {}\n    \
          limits: max buffer {}, max storage binding {}, workgroup storage {} KiB, \
-         invocations per workgroup {}\n    unified memory: {}\n",
+         invocations per workgroup {}\n    memory: {}   unified memory: {}\n",
         r.index,
         r.name,
         r.device_type,
@@ -66,8 +66,21 @@ fn text(r: &AdapterReport) -> String {
         mib(r.max_storage_buffer_binding_size),
         r.max_compute_workgroup_storage_size / 1024,
         r.max_compute_invocations_per_workgroup,
+        memory_text(r.memory.as_ref()),
         yes(r.unified_memory),
     )
+}
+
+/// "79.1 GiB (76.2 GiB free, Vulkan heap)", or why there is no figure.
+fn memory_text(m: Option<&AdapterMemory>) -> String {
+    let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    match m {
+        None => "unknown (the API gives no figure; --device-memory sets one)".into(),
+        Some(m) => match m.available {
+            Some(free) => format!("{} ({} free, {})", gib(m.total), gib(free), m.source),
+            None => format!("{} ({})", gib(m.total), m.source),
+        },
+    }
 }
 
 fn esc(s: &str) -> String {
@@ -88,7 +101,8 @@ fn json(r: &AdapterReport) -> String {
          \"subgroup_max_size\":{},\"shader_f16\":{},\"cooperative_matrix\":{},\
          \"timestamp_queries\":{},\"mappable_primary_buffers\":{},\"max_buffer_size\":{},\
          \"max_storage_buffer_binding_size\":{},\"max_compute_workgroup_storage_size\":{},\
-         \"max_compute_invocations_per_workgroup\":{},\"unified_memory\":{}}}",
+         \"max_compute_invocations_per_workgroup\":{},\"unified_memory\":{},\
+         \"memory_bytes\":{},\"memory_available_bytes\":{}}}",
         r.index,
         esc(&r.name),
         esc(&r.device_type),
@@ -108,5 +122,11 @@ fn json(r: &AdapterReport) -> String {
         r.max_compute_workgroup_storage_size,
         r.max_compute_invocations_per_workgroup,
         r.unified_memory,
+        json_number(r.memory.map(|m| m.total)),
+        json_number(r.memory.and_then(|m| m.available)),
     )
+}
+
+fn json_number(v: Option<u64>) -> String {
+    v.map_or_else(|| "null".into(), |v| v.to_string())
 }

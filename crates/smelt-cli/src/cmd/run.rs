@@ -56,6 +56,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let mut stdout = std::io::stdout().lock();
     let before = m.session.model().backend_stats();
+    let devices_before = m.session.model().backend_device_stats();
     let out = generate(
         &mut m.session,
         &m.tokenizer,
@@ -86,6 +87,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // the last: per generated token, the prompt's pass included.
         let after = m.session.model().backend_stats();
         PerToken::between(before, after, t.gen_tokens).report("generation");
+        let devices_after = m.session.model().backend_device_stats();
+        engine::report_devices(&devices_before, &devices_after, t.gen_tokens, "generation");
     }
     Ok(())
 }

@@ -25,6 +25,7 @@ pub mod check;
 pub mod cpu;
 pub mod gpu;
 pub mod select;
+pub mod split;
 
 use crate::quant::GgmlType;
 
@@ -189,6 +190,26 @@ pub struct Stats {
     pub dispatches: u64,
 }
 
+/// Copies a layer split made into one device at its boundaries (a device
+/// reading activations another device wrote).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Copies {
+    pub count: u64,
+    pub bytes: u64,
+    /// Host time of the copies, where they are timed alone
+    /// (`split::SplitOptions::time_copies`); 0 otherwise.
+    pub seconds: f64,
+}
+
+/// One device's share of a backend's work (`--verbose`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceStats {
+    pub name: String,
+    pub stats: Stats,
+    /// Copies into this device from the others of a split.
+    pub copies_in: Copies,
+}
+
 /// Device time spent in one kernel so far, from timestamp queries (the
 /// GPU backend with `GpuOptions::profile`; `smelt bench --perf`).
 #[derive(Clone, Debug, PartialEq)]
@@ -243,6 +264,20 @@ pub trait Backend: Send {
 
     /// A zero-filled tensor.
     fn alloc(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor>;
+
+    /// A zero-filled tensor that belongs to layer `layer` (its KV cache):
+    /// a backend that spreads layers over devices keeps it with the layer.
+    /// This default is [`Backend::alloc`].
+    fn alloc_in_layer(
+        &mut self,
+        layer: usize,
+        dtype: GgmlType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Tensor> {
+        let _ = layer;
+        self.alloc(dtype, rows, cols)
+    }
 
     /// A weight tensor from bytes in its GGUF layout. Backends that can use
     /// host memory directly keep `data` (zero copy); others upload it once.
@@ -309,6 +344,16 @@ pub trait Backend: Send {
 
     fn stats(&self) -> Stats {
         Stats::default()
+    }
+
+    /// The work per device: one entry, this backend, unless it spreads
+    /// over several devices (a layer split).
+    fn device_stats(&self) -> Vec<DeviceStats> {
+        vec![DeviceStats {
+            name: self.name(),
+            stats: self.stats(),
+            copies_in: Copies::default(),
+        }]
     }
 
     /// Device time per kernel so far, where the backend measures it.

@@ -18,7 +18,8 @@
 use std::str::FromStr;
 
 use super::cpu::CpuBackend;
-use super::gpu::{GpuBackend, GpuOptions, adapters, best_hardware_of};
+use super::gpu::{AdapterReport, GpuBackend, GpuOptions, adapters, best_hardware_of};
+use super::split::{Placement, SplitBackend, SplitOptions};
 use super::{Backend, BackendError, Result};
 
 /// `--backend`.
@@ -68,6 +69,20 @@ pub enum Choice {
     },
     /// The CPU reference ops.
     CpuRef,
+    /// A layer split over GPU adapters (`--devices`).
+    Split {
+        devices: Vec<SplitDevice>,
+        exact: bool,
+    },
+}
+
+/// One device of a layer split, for the line a command prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SplitDevice {
+    /// The adapter's index in `smelt devices`.
+    pub index: usize,
+    pub name: String,
+    pub layers: std::ops::Range<usize>,
 }
 
 impl std::fmt::Display for Choice {
@@ -100,6 +115,23 @@ impl std::fmt::Display for Choice {
                 Ok(())
             }
             Self::CpuRef => write!(f, "using the CPU reference ops (slow; for checking)"),
+            Self::Split { devices, exact } => {
+                let parts: Vec<String> = devices
+                    .iter()
+                    .map(|d| {
+                        format!(
+                            "GPU {} ({}) layers {}..{}",
+                            d.index, d.name, d.layers.start, d.layers.end
+                        )
+                    })
+                    .collect();
+                write!(
+                    f,
+                    "using a layer split over {} in {} mode",
+                    parts.join(", "),
+                    mode(*exact)
+                )
+            }
         }
     }
 }
@@ -257,4 +289,66 @@ fn gpu_chosen(g: GpuBackend) -> Chosen {
         backend: Box::new(g),
         choice,
     }
+}
+
+/// The adapters `--devices` names, from one listing, for planning a layer
+/// split before anything is opened; an index may repeat (the same adapter
+/// opened as two devices, as the tests do with lavapipe).
+pub fn split_adapters(indices: &[usize]) -> Result<Vec<AdapterReport>> {
+    if indices.is_empty() {
+        return Err(BackendError::Other("--devices names no adapter".into()));
+    }
+    let list: Vec<AdapterReport> = adapters().into_iter().map(|(r, _)| r).collect();
+    indices
+        .iter()
+        .map(|&i| {
+            list.get(i).cloned().ok_or_else(|| {
+                let have: Vec<String> = list
+                    .iter()
+                    .map(|r| format!("{} {}", r.index, r.name))
+                    .collect();
+                BackendError::NoAdapter(format!(
+                    "--devices names adapter {i}, but there {} ({}); `smelt devices` lists them",
+                    match list.len() {
+                        0 => "are none".to_string(),
+                        1 => "is 1".to_string(),
+                        n => format!("are {n}"),
+                    },
+                    have.join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
+/// A layer split over the adapters `indices` (one device each, opened
+/// with `base`'s options), placed as `placement` says.
+pub fn split(
+    indices: &[usize],
+    base: &GpuOptions,
+    placement: Placement,
+    opts: SplitOptions,
+) -> Result<Chosen> {
+    let mut backends: Vec<Box<dyn Backend>> = Vec::with_capacity(indices.len());
+    let mut devices = Vec::with_capacity(indices.len());
+    for (&index, layers) in indices.iter().zip(&placement.layers) {
+        let g = GpuBackend::new(&GpuOptions {
+            device: Some(index),
+            ..*base
+        })?;
+        devices.push(SplitDevice {
+            index,
+            name: g.adapter().name.clone(),
+            layers: layers.clone(),
+        });
+        backends.push(Box::new(g));
+    }
+    let backend = SplitBackend::new(backends, placement, opts)?;
+    Ok(Chosen {
+        backend: Box::new(backend),
+        choice: Choice::Split {
+            devices,
+            exact: base.quantize_activations,
+        },
+    })
 }

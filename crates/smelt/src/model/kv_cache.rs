@@ -49,9 +49,9 @@ impl KvCache {
             .ok_or_else(|| ModelError::Param("KV cache size overflows".into()))?;
         let mut k = Vec::with_capacity(n_layer);
         let mut v = Vec::with_capacity(n_layer);
-        for _ in 0..n_layer {
-            k.push(backend.alloc(dtype, rows, kv_dim)?);
-            v.push(backend.alloc(dtype, rows, kv_dim)?);
+        for layer in 0..n_layer {
+            k.push(backend.alloc_in_layer(layer, dtype, rows, kv_dim)?);
+            v.push(backend.alloc_in_layer(layer, dtype, rows, kv_dim)?);
         }
         Ok(Self {
             k,

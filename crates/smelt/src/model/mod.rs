@@ -127,6 +127,12 @@ impl Model {
         self.backend.stats()
     }
 
+    /// The work counters of each device (several on a layer split), with
+    /// the boundary copies into each.
+    pub fn backend_device_stats(&self) -> Vec<crate::backend::DeviceStats> {
+        self.backend.device_stats()
+    }
+
     /// Device time per kernel so far (a profiling GPU backend only).
     pub fn backend_op_times(&self) -> Vec<crate::backend::OpTime> {
         self.backend.op_times()

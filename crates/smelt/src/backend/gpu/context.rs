@@ -8,6 +8,7 @@ use crate::backend::{BackendError, Result};
 
 use super::kernels::ShaderFeatures;
 use super::kernels::matmul_coop::{CoopTile, coop_fits, coop_tile_fits};
+use super::memory::{AdapterMemory, adapter_memory};
 
 /// What an adapter is and can do, as `smelt devices` prints it.
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct AdapterReport {
     /// A software rasterizer (lavapipe, llvmpipe, WARP): used only when
     /// asked for by name or index.
     pub software: bool,
+    /// The adapter's memory, where its API or the host says (`memory`).
+    pub memory: Option<AdapterMemory>,
 }
 
 impl AdapterReport {
@@ -44,6 +47,12 @@ impl AdapterReport {
         let f = a.features();
         let l = a.limits();
         let software = info.device_type == wgpu::DeviceType::Cpu;
+        // wgpu does not report memory heaps; integrated GPUs (Apple
+        // silicon included) and software adapters share host memory.
+        let unified_memory = matches!(
+            info.device_type,
+            wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
+        );
         Self {
             index,
             name: info.name.clone(),
@@ -61,13 +70,9 @@ impl AdapterReport {
             max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
             max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
             max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
-            // wgpu does not report memory heaps; integrated GPUs (Apple
-            // silicon included) and software adapters share host memory.
-            unified_memory: matches!(
-                info.device_type,
-                wgpu::DeviceType::IntegratedGpu | wgpu::DeviceType::Cpu
-            ),
+            unified_memory,
             software,
+            memory: adapter_memory(a, unified_memory),
         }
     }
 

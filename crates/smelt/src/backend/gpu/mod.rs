@@ -22,6 +22,7 @@ mod context;
 mod fusion;
 pub mod kernels;
 mod matmul;
+mod memory;
 mod pending;
 mod pipelines;
 mod recorder;
@@ -29,6 +30,7 @@ mod tables;
 
 pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of};
 pub use kernels::{Kernel, ShaderFeatures, WEIGHT_TYPES};
+pub use memory::{AdapterMemory, MemorySource};
 pub use pipelines::preprocess;
 
 use crate::backend::check as contract;
