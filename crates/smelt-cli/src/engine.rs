@@ -46,7 +46,21 @@ pub fn positive(s: &str) -> Result<usize, String> {
     }
 }
 
-/// `--backend`, `--device`, `--threads`, `--exact` and `--verbose`.
+/// A KV cache type by its lower-case ggml name (`f16`, `q8_0`, ...).
+fn cache_type(s: &str) -> Result<smelt::quant::GgmlType, String> {
+    let types = smelt::model::kv_cache::TYPES;
+    let name = |t: smelt::quant::GgmlType| t.to_string().to_lowercase();
+    types
+        .into_iter()
+        .find(|&t| name(t) == s.to_lowercase())
+        .ok_or_else(|| {
+            let names: Vec<String> = types.into_iter().map(name).collect();
+            format!("{s:?} is not a KV cache type: one of {}", names.join(", "))
+        })
+}
+
+/// `--backend`, `--device`, `--cache-type`, `--threads`, `--exact` and
+/// `--verbose`.
 #[derive(clap::Args)]
 pub struct BackendArgs {
     /// Compute backend: auto (a hardware GPU when there is one, else the
@@ -76,6 +90,12 @@ pub struct BackendArgs {
     /// to each adapter's memory)
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub tensor_split: Vec<f64>,
+    /// KV cache type: f16 (llama.cpp's default), f32, or q8_0 / q4_0
+    /// (ggml's 32-value blocks, quantized as written: about half and a
+    /// quarter of f16's memory; the head dim must be a multiple of 32; the
+    /// CPU backend only, for now)
+    #[arg(long, default_value = "f16", value_parser = cache_type, value_name = "TYPE")]
+    pub cache_type: smelt::quant::GgmlType,
     /// CPU threads (default: the physical cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
@@ -275,6 +295,10 @@ pub fn open(
     backend: &BackendArgs,
     params: SessionParams,
 ) -> anyhow::Result<Opened> {
+    let params = SessionParams {
+        kv_type: backend.cache_type,
+        ..params
+    };
     let path = model_path(model)?;
     let file = open_gguf(&path)?;
     // The architecture is checked before the tokenizer: an unsupported model
@@ -368,7 +392,7 @@ pub fn check_kv_fits(
         Some(b) if b <= available => Ok(()),
         needed => bail!(
             "the KV cache of {} slots × {n_ctx} positions needs {} ({} layers × K and V × {} values × {}); \
-             {:.1} GiB of memory is available: lower --parallel or --ctx",
+             {:.1} GiB of memory is available: lower --parallel or --ctx, or --cache-type (q8_0, q4_0)",
             params.n_slots,
             needed.map_or("more than 16 EiB".into(), |b| format!("{:.1} GiB", gib(b))),
             config.n_layer,

@@ -201,3 +201,54 @@ fn a_kv_cache_that_cannot_fit_is_refused() {
         "{err}"
     );
 }
+
+/// `--cache-type` takes the cache types by name, says which when given
+/// another, and sizes the memory estimate by the type's blocks (Q8_0: 34
+/// bytes per 32 values).
+#[test]
+fn cache_types_are_named_and_sized() {
+    for cmd in ["run", "chat", "serve", "bench", "perplexity"] {
+        let err = failure(&smelt(&[cmd, "--cache-type", "q5_k"]));
+        assert!(
+            err.contains("\"q5_k\" is not a KV cache type: one of f16, f32, q8_0, q4_0"),
+            "{cmd}: {err}"
+        );
+    }
+    let err = failure(&smelt(&[
+        "serve",
+        "-m",
+        &smollm2(),
+        "--backend",
+        "cpu",
+        "--port",
+        "0",
+        "--parallel",
+        "256",
+        "--ctx",
+        "16384",
+        "--cache-type",
+        "q8_0",
+    ]));
+    assert!(err.contains("47.8 GiB") && err.contains("× Q8_0"), "{err}");
+}
+
+/// A quantized cache runs end to end on the CPU.
+#[test]
+fn a_q4_0_cache_generates() {
+    let out = smelt(&[
+        "run",
+        "-m",
+        &smollm2(),
+        "--backend",
+        "cpu",
+        "--cache-type",
+        "q4_0",
+        "-p",
+        "The capital of France is",
+        "-n",
+        "6",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).trim().is_empty());
+}

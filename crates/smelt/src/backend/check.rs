@@ -74,12 +74,27 @@ pub fn get_rows(table: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
     Ok(())
 }
 
+/// The KV cache types of `set_rows` and `attention`: floats, or ggml's
+/// 32-value blocks along each row.
+pub const KV_TYPES: [GgmlType; 4] = [GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q4_0];
+
 pub fn set_rows(src: Tensor, ids: Tensor, dst: Tensor) -> Result<()> {
     let op = Op::SetRows;
     f32(op, "src", src)?;
     index(op, "ids", ids)?;
-    dtype(op, "dst", dst, &[GgmlType::F32, GgmlType::F16])?;
+    dtype(op, "dst", dst, &KV_TYPES)?;
     distinct(op, "src and dst", src, dst)?;
+    if dst.dtype.row_bytes(dst.cols).is_none() {
+        return Err(shape(
+            op,
+            format!(
+                "{}-wide rows of {} (whole blocks of {})",
+                dst.cols,
+                dst.dtype,
+                dst.dtype.block_size()
+            ),
+        ));
+    }
     if src.rows != ids.cols || src.cols != dst.cols {
         return Err(shape(
             op,
@@ -178,9 +193,8 @@ pub fn attention(
     f32(op, "out", out)?;
     index(op, "pos", pos)?;
     index(op, "seq", seq)?;
-    let kv = [GgmlType::F32, GgmlType::F16];
-    dtype(op, "k cache", k_cache, &kv)?;
-    dtype(op, "v cache", v_cache, &kv)?;
+    dtype(op, "k cache", k_cache, &KV_TYPES)?;
+    dtype(op, "v cache", v_cache, &KV_TYPES)?;
     same_shape(op, "q and out", q, out)?;
     same_shape(op, "k and v caches", k_cache, v_cache)?;
     distinct(op, "q and out", q, out)?;
@@ -195,6 +209,19 @@ pub fn attention(
             op,
             format!("q rows of {} for {}x{}", q.cols, p.n_heads, p.head_dim),
         ));
+    }
+    // Each head reads whole blocks of a block cache.
+    for cache in [k_cache, v_cache] {
+        let block = cache.dtype.block_size();
+        if !p.head_dim.is_multiple_of(block) {
+            return Err(shape(
+                op,
+                format!(
+                    "a {} cache needs a head dim that is a multiple of {block}, not {}",
+                    cache.dtype, p.head_dim
+                ),
+            ));
+        }
     }
     if k_cache.cols != p.n_kv_heads * p.head_dim {
         return Err(shape(

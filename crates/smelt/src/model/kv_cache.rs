@@ -7,7 +7,7 @@
 //! so a step can only extend a sequence or rewind it, never leave a hole.
 
 use super::ModelError;
-use crate::backend::{Backend, Tensor};
+use crate::backend::{Backend, Op, Tensor};
 use crate::quant::GgmlType;
 
 /// Bytes of the K and V buffers of every layer for `n_slots × n_ctx`
@@ -20,8 +20,45 @@ pub fn bytes(config: &super::Config, n_ctx: usize, n_slots: usize, dtype: GgmlTy
         .checked_mul(config.n_layer as u64)
 }
 
+/// The cache types, by the names `--cache-type` takes: floats, or ggml's
+/// 32-value blocks along each row (quantized as they are written,
+/// dequantized a tile at a time inside attention).
+pub const TYPES: [GgmlType; 4] = [GgmlType::F16, GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_0];
+
+/// Whether `backend` can hold a cache of `dtype` for heads of `head_dim`
+/// values (a block type reads whole blocks per head).
+pub fn check_type(
+    backend: &dyn Backend,
+    dtype: GgmlType,
+    head_dim: usize,
+) -> Result<(), ModelError> {
+    let names = || TYPES.map(|t| t.to_string().to_lowercase()).join(", ");
+    if !TYPES.contains(&dtype) {
+        return Err(ModelError::Param(format!(
+            "KV cache type {dtype}: one of {} expected",
+            names()
+        )));
+    }
+    if ![Op::SetRows, Op::Attention]
+        .iter()
+        .all(|&op| backend.supports(op, dtype))
+    {
+        return Err(ModelError::Param(format!(
+            "the {} backend cannot hold a {dtype} KV cache yet: use --cache-type f16 or f32, or --backend cpu",
+            backend.name()
+        )));
+    }
+    let block = dtype.block_size();
+    if !head_dim.is_multiple_of(block) {
+        return Err(ModelError::Param(format!(
+            "a {dtype} KV cache needs a head dim that is a multiple of {block}; this model's is {head_dim}: use --cache-type f16"
+        )));
+    }
+    Ok(())
+}
+
 pub struct KvCache {
-    /// Per layer: `(n_slots · n_ctx) × kv_dim`, F16 or F32.
+    /// Per layer: `(n_slots · n_ctx) × kv_dim`, of one of [`TYPES`].
     pub k: Vec<Tensor>,
     pub v: Vec<Tensor>,
     pub n_ctx: usize,
@@ -39,9 +76,9 @@ impl KvCache {
         n_slots: usize,
         dtype: GgmlType,
     ) -> Result<Self, ModelError> {
-        if !matches!(dtype, GgmlType::F32 | GgmlType::F16) {
+        if !TYPES.contains(&dtype) {
             return Err(ModelError::Param(format!(
-                "KV cache type {dtype}: F16 or F32 expected"
+                "KV cache type {dtype}: F16, F32, Q8_0 or Q4_0 expected"
             )));
         }
         let rows = n_slots

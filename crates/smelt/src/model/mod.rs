@@ -151,7 +151,8 @@ pub struct SessionParams {
     pub n_batch: usize,
     /// Most rows that may ask for logits in one `decode` call.
     pub n_outputs: usize,
-    /// KV cache type, F16 (llama.cpp's default) or F32.
+    /// KV cache type, one of [`kv_cache::TYPES`]: F16 (llama.cpp's
+    /// default), F32, Q8_0 or Q4_0.
     pub kv_type: GgmlType,
 }
 
@@ -269,6 +270,7 @@ impl Session {
             )));
         }
         let b = model.backend.as_mut();
+        kv_cache::check_type(b, params.kv_type, c.head_dim)?;
         let cache = KvCache::new(
             b,
             c.n_layer,

@@ -24,7 +24,7 @@ mod legacy;
 mod ternary;
 mod types;
 
-pub use blocks::{Block, F16Bytes, Quantize, as_blocks, f16_to_f32, f32_to_f16};
+pub use blocks::{Block, F16Bytes, Quantize, as_blocks, as_blocks_mut, f16_to_f32, f32_to_f16};
 pub use codebook::{
     BlockIQ4_NL, BlockIQ4_XS, BlockMXFP4, KVALUES_IQ4NL, KVALUES_MXFP4, e8m0_to_f32_half,
 };

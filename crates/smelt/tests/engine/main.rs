@@ -7,6 +7,7 @@ mod common;
 mod reference;
 
 mod fast;
+mod kv_blocks;
 mod llama;
 mod ops;
 mod quant_blocks;

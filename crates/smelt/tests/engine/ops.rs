@@ -39,7 +39,7 @@ pub fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
 }
 
-fn assert_close(got: &[f32], want: &[f64], tol: f64) {
+pub fn assert_close(got: &[f32], want: &[f64], tol: f64) {
     assert_eq!(got.len(), want.len());
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         assert!(
@@ -348,7 +348,7 @@ fn attention_by_hand_on(b: &mut dyn Backend) {
 /// Attention as matrices: S = scale·Q·Kᵀ over the whole cache, masked to
 /// -inf outside each query's span, P = softmax(S), O = P·V.
 #[allow(clippy::too_many_arguments)]
-fn naive_attention(
+pub fn naive_attention(
     q: &[f32],
     k: &[f32],
     v: &[f32],

@@ -1,4 +1,5 @@
-//! Fast CPU attention: causal, grouped-query, over an F32 or F16 cache.
+//! Fast CPU attention: causal, grouped-query, over an F32, F16, Q8_0 or
+//! Q4_0 cache.
 //!
 //! A work item is a block of query rows (`row_block`) and one KV head.
 //! It widens the keys and values of that head into the thread's scratch and
@@ -15,7 +16,8 @@
 //! greedy choices depend on them (see `q8`). From 64 rows llama.cpp tiles
 //! its attention in f32, and so does the fast mode here
 //! ([`super::attention_tiled`]) for a sequence with at least that many rows
-//! in the batch; the exact mode keeps the one-row order. The choice is per
+//! in the batch; the exact mode, and a Q8_0/Q4_0 cache (as in ggml), keep
+//! the one-row order. The choice is per
 //! sequence, not per batch, so that a row's numbers do not depend on the
 //! other sequences sharing its batch (a server's request answers the same
 //! alone and among others).
@@ -25,13 +27,13 @@
 use std::ops::Range;
 use std::sync::Mutex;
 
-use half::slice::HalfFloatSliceExt;
-
 use super::attention_tiled::{self as tiled, MIN_ROWS, Run};
+use super::kv_blocks::BLOCK;
 use super::pool::{SharedMut, ThreadPool};
 use super::reference::{Rows, attention_span};
 use super::simd::{Isa, LANES, Madd, multiversion};
 use crate::backend::{AttentionParams, Result};
+use crate::quant::{Block, BlockQ8_0, Quantize};
 
 /// Query rows per work item, which share one widening of the cache: as
 /// many as leave [`ITEMS_PER_THREAD`] items a thread, within these bounds.
@@ -77,7 +79,9 @@ pub fn attention(
         spans.push(attention_span(p, cache_rows, ps, sq)?);
     }
     // Each run of one sequence's rows (one cache base) takes the tiles when
-    // it is at least MIN_ROWS long.
+    // it is at least MIN_ROWS long and the cache holds floats (ggml tiles
+    // F32 and F16 caches only: block keys take the one-row order).
+    let tiles = !exact && !k.is_blocks();
     tiled.clear();
     let mut start = 0;
     while start < spans.len() {
@@ -86,7 +90,7 @@ pub fn attention(
             .find(|&r| spans[r].0 != base)
             .unwrap_or(spans.len());
         tiled.extend(std::iter::repeat_n(
-            !exact && end - start >= MIN_ROWS,
+            tiles && end - start >= MIN_ROWS,
             end - start,
         ));
         start = end;
@@ -132,13 +136,11 @@ multiversion! {
     fn item_kernel(job: &Job, rows: Range<usize>, kv_head: usize, buf: &mut Vec<f32>) = item_generic;
 }
 
-/// Widens `hd` values from `at` of a cache into `dst`.
+/// Widens `hd` values from `at` of a cache into `dst` (a block cache's
+/// blocks dequantized: the tile is all that is ever widened).
 #[inline(always)]
 fn widen(src: Rows, at: usize, dst: &mut [f32]) {
-    match src {
-        Rows::F32(s) => dst.copy_from_slice(&s[at..at + dst.len()]),
-        Rows::F16(s) => s[at..at + dst.len()].convert_to_f32_slice(dst),
-    }
+    src.widen(at, dst);
 }
 
 /// An item's rows, in runs that take the tiles or the one-row order.
@@ -284,20 +286,21 @@ fn row_kernel<M: Madd>(
     let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
     let q_cols = p.n_heads * hd;
     let f16_cache = matches!(job.v, Rows::F16(_));
-    // ggml rounds to the cache type where it rounds: the query to f16 for
-    // the f16 key dot products, the value accumulator to f16 after every
-    // update. Identity for F32 caches.
-    let round = |v: &mut [f32]| {
-        if f16_cache {
-            M::round_to_f16(v);
-        }
+    // ggml rounds to the cache type where it rounds: the query to the key
+    // dot product's type (f16 for F16 keys, Q8_0 blocks for Q8_0 and Q4_0
+    // keys), the value accumulator to f16 after every update of an F16
+    // value cache (`online_softmax`). Identity for F32 caches.
+    let round_query = |v: &mut [f32]| match job.k {
+        Rows::F16(_) => M::round_to_f16(v),
+        Rows::Q8_0(_) | Rows::Q4_0(_) => round_to_q8_0(v),
+        Rows::F32(_) => {}
     };
     // With a softcap ggml folds 1/cap into the scale, then takes cap·tanh.
     let scale = p.softcap.map_or(p.scale, |cap| p.scale / cap);
     let heads = kv_head * group..(kv_head + 1) * group;
     let q_at = |h: usize| row * q_cols + h * hd;
     qh.copy_from_slice(&job.q[q_at(heads.start)..q_at(heads.end)]);
-    round(qh);
+    round_query(qh);
     let mut sums = [0f32; MAX_GROUP];
     let grouped = group <= MAX_GROUP
         && grouped_softmax::<M>(
@@ -327,6 +330,14 @@ fn row_kernel<M: Madd>(
         for (o, &a) in o.iter_mut().zip(a.iter()) {
             *o = a * inv;
         }
+    }
+}
+
+/// `v` (whole blocks of [`BLOCK`]) rounded through Q8_0 blocks, as
+/// ggml quantizes the query for its dot products with Q8_0 or Q4_0 keys.
+fn round_to_q8_0(v: &mut [f32]) {
+    for x in v.chunks_exact_mut(BLOCK) {
+        BlockQ8_0::quantize(x).dequantize(x);
     }
 }
 

@@ -307,17 +307,7 @@ impl Fast {
     }
 
     pub fn set_rows(&mut self, src: &[f32], cols: usize, ids: &[i32], dst: RowsMut) -> Result<()> {
-        match dst {
-            RowsMut::F32(_) => reference::set_rows(src, cols, ids, dst),
-            RowsMut::F16(d) => {
-                let n_rows = d.len() / cols.max(1);
-                for (&id, s) in ids.iter().zip(src.chunks_exact(cols)) {
-                    let r = checked_index("set_rows id", id, n_rows)?;
-                    d[r * cols..(r + 1) * cols].convert_from_f32_slice(s);
-                }
-                Ok(())
-            }
-        }
+        reference::set_rows(src, cols, ids, dst)
     }
 
     pub fn copy(&mut self, src: Rows, dst: RowsMut) {
@@ -326,6 +316,7 @@ impl Fast {
             (Rows::F32(s), RowsMut::F16(d)) => d.convert_from_f32_slice(&s[..d.len()]),
             (Rows::F32(s), RowsMut::F32(d)) => d.copy_from_slice(&s[..d.len()]),
             (Rows::F16(s), RowsMut::F16(d)) => d.copy_from_slice(&s[..d.len()]),
+            (s, d) => reference::copy(s, d),
         }
     }
 }

@@ -17,6 +17,7 @@ mod gemm8;
 mod gemmk;
 mod kdot;
 mod kdot_avx2;
+pub mod kv_blocks;
 mod matmul;
 pub mod pool;
 mod q8;
@@ -31,6 +32,7 @@ use super::{
     WeightData, check,
 };
 use crate::quant::{self, GgmlType};
+use kv_blocks::{BlockRows, BlockRowsMut};
 use quant::can_dequantize;
 use reference::{Rows, RowsMut};
 pub use simd::Isa;
@@ -153,15 +155,35 @@ impl CpuBackend {
 fn rows(store: &Store, t: Tensor) -> Result<Rows<'_>> {
     Ok(match t.dtype {
         GgmlType::F16 => Rows::F16(store.f16(t)?),
+        GgmlType::Q8_0 => Rows::Q8_0(block_rows(store.bytes(t)?, t.cols)?),
+        GgmlType::Q4_0 => Rows::Q4_0(block_rows(store.bytes(t)?, t.cols)?),
         _ => Rows::F32(store.f32(t)?),
     })
 }
 
-fn rows_mut(buf: &mut OutBuf, t: Tensor) -> RowsMut<'_> {
-    match t.dtype {
+/// A cache's bytes as ggml blocks in rows of `cols` values.
+fn block_rows<B: quant::Block>(bytes: &[u8], cols: usize) -> Result<BlockRows<'_, B>> {
+    Ok(BlockRows {
+        blocks: quant::as_blocks(bytes).map_err(|e| BackendError::Other(e.to_string()))?,
+        group: kv_blocks::rotation(cols),
+    })
+}
+
+/// A cache's bytes as ggml blocks in rows of `cols` values, for writing.
+fn block_rows_mut<B: quant::Block>(bytes: &mut [u8], cols: usize) -> Result<BlockRowsMut<'_, B>> {
+    Ok(BlockRowsMut {
+        blocks: quant::as_blocks_mut(bytes).map_err(|e| BackendError::Other(e.to_string()))?,
+        group: kv_blocks::rotation(cols),
+    })
+}
+
+fn rows_mut(buf: &mut OutBuf, t: Tensor) -> Result<RowsMut<'_>> {
+    Ok(match t.dtype {
         GgmlType::F16 => RowsMut::F16(buf.f16(t)),
+        GgmlType::Q8_0 => RowsMut::Q8_0(block_rows_mut(buf.bytes(t), t.cols)?),
+        GgmlType::Q4_0 => RowsMut::Q4_0(block_rows_mut(buf.bytes(t), t.cols)?),
         _ => RowsMut::F32(buf.f32(t)),
-    }
+    })
 }
 
 /// Threads for the fast backend when none are asked for: the physical
@@ -215,9 +237,11 @@ impl Backend for CpuBackend {
             Op::GetRows | Op::MatMul => {
                 (self.fast.is_some() && matmul::has_decoder(dtype)) || can_dequantize(dtype)
             }
-            Op::SetRows | Op::Attention | Op::Copy => {
-                matches!(dtype, GgmlType::F32 | GgmlType::F16)
-            }
+            Op::SetRows | Op::Attention => matches!(
+                dtype,
+                GgmlType::F32 | GgmlType::F16 | GgmlType::Q8_0 | GgmlType::Q4_0
+            ),
+            Op::Copy => matches!(dtype, GgmlType::F32 | GgmlType::F16),
             Op::MatMulId => self.supports(Op::MatMul, dtype),
             Op::Argmax => dtype == GgmlType::F32,
             Op::Softcap | Op::TopKMoe | Op::MoeSum => dtype == GgmlType::F32,
@@ -294,8 +318,8 @@ impl Backend for CpuBackend {
         self.with_out(dst, |b, o| {
             let (s, i) = (b.store.f32(src)?, b.store.i32(ids)?);
             match &mut b.fast {
-                Some(f) => f.set_rows(s, src.cols, i, rows_mut(o, dst)),
-                None => reference::set_rows(s, src.cols, i, rows_mut(o, dst)),
+                Some(f) => f.set_rows(s, src.cols, i, rows_mut(o, dst)?),
+                None => reference::set_rows(s, src.cols, i, rows_mut(o, dst)?),
             }
         })
     }
@@ -539,8 +563,8 @@ impl Backend for CpuBackend {
         self.with_out(dst, |b, o| {
             let s = rows(&b.store, src)?;
             match &mut b.fast {
-                Some(f) => f.copy(s, rows_mut(o, dst)),
-                None => reference::copy(s, rows_mut(o, dst)),
+                Some(f) => f.copy(s, rows_mut(o, dst)?),
+                None => reference::copy(s, rows_mut(o, dst)?),
             }
             Ok(())
         })

@@ -9,31 +9,70 @@
 //! Legend: `n` rows of a step, `k` inputs, `m` outputs, `hd` head dim.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::super::{
     AttentionParams, BackendError, MoeGating, MoeParams, Result, RopeMode, RopeParams,
 };
-use crate::quant::{self, GgmlType, QuantError};
+use super::kv_blocks::{BlockRows, BlockRowsMut};
+use crate::quant::{self, BlockQ4_0, BlockQ8_0, GgmlType, QuantError};
 
-/// Rows of a KV cache, F32 or F16.
+/// Rows of a KV cache: F32, F16, or ggml's 32-value blocks along each row
+/// (Q8_0, Q4_0), stored rotated ([`kv_blocks`]) and read back plain.
 #[derive(Clone, Copy)]
 pub enum Rows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
+    Q8_0(BlockRows<'a, BlockQ8_0>),
+    Q4_0(BlockRows<'a, BlockQ4_0>),
 }
 
 pub enum RowsMut<'a> {
     F32(&'a mut [f32]),
     F16(&'a mut [f16]),
+    Q8_0(BlockRowsMut<'a, BlockQ8_0>),
+    Q4_0(BlockRowsMut<'a, BlockQ4_0>),
 }
 
 impl Rows<'_> {
-    /// Value `i`, widened.
-    #[inline]
-    pub fn get(&self, i: usize) -> f32 {
+    /// Values `at..at + dst.len()`, widened to f32 (a block cache's
+    /// dequantized and rotated back).
+    #[inline(always)]
+    pub fn widen(&self, at: usize, dst: &mut [f32]) {
         match self {
-            Rows::F32(v) => v[i],
-            Rows::F16(v) => v[i].to_f32(),
+            Rows::F32(s) => dst.copy_from_slice(&s[at..at + dst.len()]),
+            Rows::F16(s) => s[at..at + dst.len()].convert_to_f32_slice(dst),
+            Rows::Q8_0(s) => s.widen(at, dst),
+            Rows::Q4_0(s) => s.widen(at, dst),
+        }
+    }
+
+    /// Whether the cache holds ggml blocks rather than floats.
+    pub fn is_blocks(&self) -> bool {
+        matches!(self, Rows::Q8_0(_) | Rows::Q4_0(_))
+    }
+}
+
+impl RowsMut<'_> {
+    /// Values in the cache.
+    pub fn n_values(&self) -> usize {
+        match self {
+            RowsMut::F32(d) => d.len(),
+            RowsMut::F16(d) => d.len(),
+            RowsMut::Q8_0(d) => d.n_values(),
+            RowsMut::Q4_0(d) => d.n_values(),
+        }
+    }
+
+    /// Stores whole rows `src` from value `at` (a row's start), rounded to
+    /// the cache type.
+    #[inline(always)]
+    pub fn store(&mut self, at: usize, src: &[f32]) {
+        match self {
+            RowsMut::F32(d) => d[at..at + src.len()].copy_from_slice(src),
+            RowsMut::F16(d) => d[at..at + src.len()].convert_from_f32_slice(src),
+            RowsMut::Q8_0(d) => d.store(at, src),
+            RowsMut::Q4_0(d) => d.store(at, src),
         }
     }
 }
@@ -80,27 +119,13 @@ pub fn get_rows(
     Ok(())
 }
 
-/// `dst[ids[i]] = src[i]`: src `n × cols`, dst `rows × cols`.
-pub fn set_rows(src: &[f32], cols: usize, ids: &[i32], dst: RowsMut) -> Result<()> {
-    let n_rows = match &dst {
-        RowsMut::F32(d) => d.len() / cols.max(1),
-        RowsMut::F16(d) => d.len() / cols.max(1),
-    };
-    match dst {
-        RowsMut::F32(d) => {
-            for (&id, s) in ids.iter().zip(src.chunks_exact(cols)) {
-                let r = checked_index("set_rows id", id, n_rows)?;
-                d[r * cols..(r + 1) * cols].copy_from_slice(s);
-            }
-        }
-        RowsMut::F16(d) => {
-            for (&id, s) in ids.iter().zip(src.chunks_exact(cols)) {
-                let r = checked_index("set_rows id", id, n_rows)?;
-                for (o, &v) in d[r * cols..(r + 1) * cols].iter_mut().zip(s) {
-                    *o = f16::from_f32(v);
-                }
-            }
-        }
+/// `dst[ids[i]] = src[i]`: src `n × cols`, dst `rows × cols`, each row
+/// rounded to the cache type.
+pub fn set_rows(src: &[f32], cols: usize, ids: &[i32], mut dst: RowsMut) -> Result<()> {
+    let n_rows = dst.n_values() / cols.max(1);
+    for (&id, s) in ids.iter().zip(src.chunks_exact(cols)) {
+        let r = checked_index("set_rows id", id, n_rows)?;
+        dst.store(r * cols, s);
     }
     Ok(())
 }
@@ -233,15 +258,14 @@ pub fn attention(
         let (base, first, last) = attention_span(p, cache_rows, pos[i], seq[i])?;
         // Cache row of position j, offset to this head's kv head.
         let at = |j: usize, kv_head: usize| (base + j) * kv_cols + kv_head * hd;
+        let mut key = vec![0f32; hd];
         for h in 0..p.n_heads {
             let qh = &qr[h * hd..(h + 1) * hd];
             let kv_head = h / group;
             probs.clear();
             for j in first..=last {
-                let row = at(j, kv_head);
-                let dot: f64 = (0..hd)
-                    .map(|d| f64::from(qh[d]) * f64::from(k.get(row + d)))
-                    .sum();
+                k.widen(at(j, kv_head), &mut key);
+                let dot: f64 = (0..hd).map(|d| f64::from(qh[d]) * f64::from(key[d])).sum();
                 let mut s = dot * f64::from(p.scale);
                 if let Some(cap) = p.softcap {
                     s = f64::from(cap) * (s / f64::from(cap)).tanh();
@@ -253,12 +277,15 @@ pub fn attention(
             for s in probs.iter_mut() {
                 *s = (*s - max).exp() / sum;
             }
-            for d in 0..hd {
-                let acc: f64 = (first..=last)
-                    .zip(probs.iter())
-                    .map(|(j, pr)| pr * f64::from(v.get(at(j, kv_head) + d)))
-                    .sum();
-                or[h * hd + d] = acc as f32;
+            let mut acc = vec![0f64; hd];
+            for (j, pr) in (first..=last).zip(probs.iter()) {
+                v.widen(at(j, kv_head), &mut key);
+                for (a, &x) in acc.iter_mut().zip(&key) {
+                    *a += pr * f64::from(x);
+                }
+            }
+            for (o, a) in or[h * hd..(h + 1) * hd].iter_mut().zip(acc) {
+                *o = a as f32;
             }
         }
     }
@@ -328,22 +355,10 @@ pub fn argmax(x: &[f32], cols: usize, out: &mut [i32]) {
 }
 
 /// Copies between F32 and F16 rows (or within a type).
-pub fn copy(src: Rows, dst: RowsMut) {
-    match dst {
-        RowsMut::F32(d) => {
-            for (i, o) in d.iter_mut().enumerate() {
-                *o = src.get(i);
-            }
-        }
-        RowsMut::F16(d) => {
-            for (i, o) in d.iter_mut().enumerate() {
-                *o = match src {
-                    Rows::F16(s) => s[i],
-                    Rows::F32(s) => f16::from_f32(s[i]),
-                };
-            }
-        }
-    }
+pub fn copy(src: Rows, mut dst: RowsMut) {
+    let mut values = vec![0f32; dst.n_values()];
+    src.widen(0, &mut values);
+    dst.store(0, &values);
 }
 
 /// `out = cap · tanh(x / cap)`, rounded as ggml's scale, tanh, scale.
