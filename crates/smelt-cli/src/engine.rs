@@ -92,8 +92,8 @@ pub struct BackendArgs {
     pub tensor_split: Vec<f64>,
     /// KV cache type: f16 (llama.cpp's default), f32, or q8_0 / q4_0
     /// (ggml's 32-value blocks, quantized as written: about half and a
-    /// quarter of f16's memory; the head dim must be a multiple of 32; the
-    /// CPU backend only, for now)
+    /// quarter of f16's memory; the head dim must be a multiple of 32, and
+    /// on the GPU of the row's rotation group, 64 or 32)
     #[arg(long, default_value = "f16", value_parser = cache_type, value_name = "TYPE")]
     pub cache_type: smelt::quant::GgmlType,
     /// CPU threads (default: the physical cores)

@@ -5,9 +5,9 @@
 //! within 0.5% (Q8_0) and llama.cpp's own loss (Q4_0) on Gemma 3 (head dim
 //! 256, sliding-window layers), with the cache written by
 //! `set_rows` and read by the prompt's attention (one-row order and
-//! tiles) and by single-row decode steps. A backend that cannot hold a
-//! block cache, and a head dim that is not whole blocks, are refused with
-//! errors that say so.
+//! tiles) and by single-row decode steps, on the CPU and on the GPU
+//! (lavapipe in CI). A head dim that is not whole blocks is refused with
+//! an error that says so.
 
 mod common;
 
@@ -18,37 +18,61 @@ use smelt::model::{Batch, Model, Session, SessionParams};
 use smelt::quant::GgmlType;
 use smelt::tokenizer::Tokenizer;
 
-/// Positions per chunk: the first half is context, the second scored.
-const CTX: usize = 128;
-/// Chunks scored: a few hundred tokens in all.
-const CHUNKS: usize = 2;
-/// Rows of each chunk fed one at a time after the prompt, so that the
-/// decode path (single rows over a long cache) is scored too.
-const DECODED: usize = 16;
+/// How much of the text a perplexity reads.
+#[derive(Clone, Copy)]
+struct Span {
+    /// Positions per chunk: the first half is context, the second scored.
+    ctx: usize,
+    /// Chunks scored.
+    chunks: usize,
+    /// Rows of each chunk fed one at a time after the prompt, so that the
+    /// decode path (single rows over a long cache) is scored too.
+    decoded: usize,
+}
 
-/// Perplexity of `model` over the first [`CHUNKS`] chunks of the text
-/// with a `kv_type` cache on `backend`, scored as llama.cpp's
-/// `llama-perplexity` scores a chunk (its second half).
-fn perplexity(backend: Box<dyn Backend>, model: &str, kv_type: GgmlType) -> f64 {
+/// A few hundred tokens, for the CPU.
+const CPU_SPAN: Span = Span {
+    ctx: 128,
+    chunks: 2,
+    decoded: 16,
+};
+
+/// One short chunk, for lavapipe: its 32 scored tokens separate a broken
+/// cache (a unit of perplexity or more) from the bounds, within CI's time.
+const GPU_SPAN: Span = Span {
+    ctx: 64,
+    chunks: 1,
+    decoded: 8,
+};
+
+/// Perplexity of `model` over `span` of the text with a `kv_type` cache on
+/// `backend`, scored as llama.cpp's `llama-perplexity` scores a chunk (its
+/// second half).
+fn perplexity(backend: Box<dyn Backend>, model: &str, kv_type: GgmlType, span: Span) -> f64 {
+    let Span {
+        ctx,
+        chunks,
+        decoded,
+    } = span;
     let gguf = GgufFile::open(common::model(model)).unwrap();
     let tok = Tokenizer::from_gguf(&gguf).unwrap();
     let text = std::fs::read_to_string(common::testdata("gemma/Apache-2.0")).unwrap();
     let tokens = tok.encode(&text, true, false);
-    assert!(tokens.len() >= CHUNKS * CTX, "{} tokens", tokens.len());
+    assert!(tokens.len() >= chunks * ctx, "{} tokens", tokens.len());
     let model = Model::load(&gguf, backend, &mut |_, _| {}).unwrap();
     let mut s = Session::new(
         model,
         SessionParams {
-            n_ctx: Some(CTX),
-            n_outputs: CTX / 2,
+            n_ctx: Some(ctx),
+            n_outputs: ctx / 2,
             kv_type,
             ..SessionParams::default()
         },
     )
     .unwrap();
     let vocab = s.config().n_vocab;
-    let first = CTX / 2;
-    let prompt = CTX - DECODED;
+    let first = ctx / 2;
+    let prompt = ctx - decoded;
     let (mut nll, mut count) = (0f64, 0usize);
     let mut score = |row: &[f32], target: u32| {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
@@ -61,8 +85,8 @@ fn perplexity(backend: Box<dyn Backend>, model: &str, kv_type: GgmlType) -> f64 
         nll += z - row[target as usize] as f64;
         count += 1;
     };
-    for c in 0..CHUNKS {
-        let mut chunk = tokens[c * CTX..(c + 1) * CTX].to_vec();
+    for c in 0..chunks {
+        let mut chunk = tokens[c * ctx..(c + 1) * ctx].to_vec();
         if tok.add_bos() {
             chunk[0] = tok.bos().unwrap();
         }
@@ -77,7 +101,7 @@ fn perplexity(backend: Box<dyn Backend>, model: &str, kv_type: GgmlType) -> f64 
             score(row, chunk[first + j + 1]);
         }
         // The rest one row at a time, the last row predicting nothing.
-        for i in prompt..CTX - 1 {
+        for i in prompt..ctx - 1 {
             let mut batch = Batch::default();
             batch.push(chunk[i], i, 0, true);
             let logits = s.decode(&batch).unwrap().to_vec();
@@ -89,10 +113,10 @@ fn perplexity(backend: Box<dyn Backend>, model: &str, kv_type: GgmlType) -> f64 
 
 /// F16, Q8_0 and Q4_0 caches of `model` on `make()`'s backend: the
 /// quantized ones within `bounds` (Q8_0, Q4_0) of the F16 one.
-fn within_bounds(model: &str, bounds: [f64; 2], make: impl Fn() -> Box<dyn Backend>) {
-    let f16 = perplexity(make(), model, GgmlType::F16);
+fn within_bounds(model: &str, bounds: [f64; 2], make: impl Fn() -> Box<dyn Backend>, span: Span) {
+    let f16 = perplexity(make(), model, GgmlType::F16, span);
     for (kv_type, bound) in [GgmlType::Q8_0, GgmlType::Q4_0].into_iter().zip(bounds) {
-        let ppl = perplexity(make(), model, kv_type);
+        let ppl = perplexity(make(), model, kv_type, span);
         let rel = (ppl - f16).abs() / f16;
         eprintln!(
             "{model}: {kv_type} cache perplexity {ppl:.4} vs F16 {f16:.4} ({:+.3}%)",
@@ -113,7 +137,7 @@ fn cpu() -> Box<dyn Backend> {
 
 #[test]
 fn smollm2_cpu_quantized_cache_perplexity_is_f16s() {
-    within_bounds(common::SMOLLM2, [0.005, 0.02], cpu);
+    within_bounds(common::SMOLLM2, [0.005, 0.02], cpu, CPU_SPAN);
 }
 
 /// Gemma 3 270M loses more to a Q4_0 cache than the 2% of SmolLM2: on
@@ -122,7 +146,7 @@ fn smollm2_cpu_quantized_cache_perplexity_is_f16s() {
 /// its F16 cache's; the bound keeps this cache no worse than that.
 #[test]
 fn gemma3_cpu_quantized_cache_perplexity_is_f16s() {
-    within_bounds(common::GEMMA3, [0.005, 0.139], cpu);
+    within_bounds(common::GEMMA3, [0.005, 0.139], cpu, CPU_SPAN);
 }
 
 #[test]
@@ -141,28 +165,20 @@ fn unusable_cache_types_are_refused_in_words() {
     check_type(&b, GgmlType::F16, 48).unwrap();
 }
 
-/// The GPU backend has no block-cache kernels yet: it says so when the
-/// session is made, before any work.
-#[test]
-fn the_gpu_refuses_a_block_cache_in_words() {
+fn gpu() -> Box<dyn Backend> {
     use smelt::backend::gpu::{GpuBackend, GpuOptions};
-    let gpu = GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)");
-    let model = Model::load(
-        &GgufFile::open(common::model(common::SMOLLM2)).unwrap(),
-        Box::new(gpu),
-        &mut |_, _| {},
-    )
-    .unwrap();
-    let params = SessionParams {
-        kv_type: GgmlType::Q8_0,
-        ..SessionParams::default()
-    };
-    let Err(e) = Session::new(model, params) else {
-        panic!("a Q8_0 cache on the GPU was accepted");
-    };
-    let e = e.to_string();
-    assert!(
-        e.contains("cannot hold a Q8_0 KV cache") && e.contains("--cache-type f16"),
-        "{e}"
-    );
+    Box::new(GpuBackend::new(&GpuOptions::default()).expect("a GPU adapter (lavapipe in CI)"))
+}
+
+#[test]
+fn smollm2_gpu_quantized_cache_perplexity_is_f16s() {
+    within_bounds(common::SMOLLM2, [0.005, 0.02], gpu, GPU_SPAN);
+}
+
+/// Gemma 3's 262144-value logits make even one chunk on lavapipe several
+/// times CI's share: `cargo test --release --test kv_quant -- --ignored`.
+#[test]
+#[ignore = "Gemma 3 on lavapipe is over CI's budget"]
+fn gemma3_gpu_quantized_cache_perplexity_is_f16s() {
+    within_bounds(common::GEMMA3, [0.005, 0.139], gpu, GPU_SPAN);
 }

@@ -32,11 +32,17 @@ pub fn rotation(cols: usize) -> usize {
     n
 }
 
+/// The orthonormal Walsh-Hadamard matrix's scale for groups of `n`,
+/// `1 / sqrt(n)` (the GPU's cache writes take it from here).
+pub fn hadamard_scale(n: usize) -> f32 {
+    1.0 / (n as f32).sqrt()
+}
+
 /// Each run of `n` values of `v` (a power of two) times the orthonormal
 /// Walsh-Hadamard matrix `H[i][j] = (-1)^popcount(i & j) / sqrt(n)`: the
 /// fast transform's butterflies, then the scale.
 pub fn hadamard(v: &mut [f32], n: usize) {
-    let scale = 1.0 / (n as f32).sqrt();
+    let scale = hadamard_scale(n);
     for x in v.chunks_exact_mut(n) {
         let mut half = 1;
         while half < n {

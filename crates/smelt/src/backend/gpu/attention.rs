@@ -9,7 +9,7 @@
 //!   they can be (`AttentionRope`).
 
 use crate::backend::{AttentionParams, Op, Result};
-use crate::quant::GgmlType::F16;
+use crate::quant::GgmlType::{F16, Q4_0, Q8_0};
 
 use super::kernels::Family;
 use super::kernels::attention::{self, AttentionKernel, Operands, Params};
@@ -54,6 +54,18 @@ pub(super) fn attention(be: &mut GpuBackend, t: Operands, p: &AttentionParams) -
         },
     )?;
     let params = Params::new(q.rows, p, k_cache.rows);
+    // A block cache's heads are whole rotation groups, so that each head
+    // rotates its own query and output (attention_blocks.wgsl).
+    limit(
+        op,
+        !matches!(k_cache.dtype, Q8_0 | Q4_0) || p.head_dim.is_multiple_of(params.rot as usize),
+        || {
+            format!(
+                "a {} cache of {}-value heads in rotation groups of {} (the GPU needs heads of whole groups: use --cache-type f16)",
+                k_cache.dtype, p.head_dim, params.rot
+            )
+        },
+    )?;
     // Prefill: one invocation per (head, row), no barriers; decode: a
     // workgroup per (row, head) so one row still fills the GPU.
     if q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4) {

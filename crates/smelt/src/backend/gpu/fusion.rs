@@ -74,6 +74,9 @@ pub(super) fn set_rows_paired(
     ids: Tensor,
     dst: Tensor,
 ) -> Result<()> {
+    // A block cache is written by `kv_store`, a rotation group per
+    // invocation, which the ropes' pairs of values cannot join.
+    let floats = matches!(dst.dtype, GgmlType::F32 | GgmlType::F16);
     if let Some(Pending::Ropes {
         q,
         k,
@@ -81,6 +84,7 @@ pub(super) fn set_rows_paired(
         p,
         store,
     }) = be.pending
+        && floats
     {
         let (x, out) = q;
         let read = [x, out, k.0, k.1, pos, ids];

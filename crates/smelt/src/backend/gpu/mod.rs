@@ -38,7 +38,7 @@ use crate::backend::{
     AttentionParams, Backend, BackendError, Caps, Op, OpTime, Result, RopeParams, Stats, Tensor,
     WeightData, WeightInput,
 };
-use crate::quant::GgmlType::{self, F16, F32};
+use crate::quant::GgmlType::{self, F16, F32, Q4_0, Q8_0};
 
 use acts::Acts;
 use buffers::Buffers;
@@ -280,7 +280,10 @@ impl Backend for GpuBackend {
     fn supports(&self, op: Op, dtype: GgmlType) -> bool {
         match op {
             Op::GetRows | Op::MatMul => WEIGHT_TYPES.contains(&dtype),
-            Op::SetRows | Op::Attention | Op::Copy => matches!(dtype, F32 | F16),
+            // Caches of ggml blocks: `kv_store` writes them, attention
+            // reads them.
+            Op::SetRows | Op::Attention => matches!(dtype, F32 | F16 | Q8_0 | Q4_0),
+            Op::Copy => matches!(dtype, F32 | F16),
             // Not yet kernels here: a model that needs them is refused at
             // load (`Model::load`).
             Op::TopKMoe | Op::MatMulId | Op::MoeSum => false,

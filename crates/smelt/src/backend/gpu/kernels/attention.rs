@@ -3,8 +3,9 @@
 //! the next matmul's Q8 rounding and with the ropes and cache writes
 //! before it; an invocation (or four) per (head, row) for prefill.
 
+use crate::backend::cpu::kv_blocks;
 use crate::backend::{AttentionParams, RopeParams, Tensor};
-use crate::quant::GgmlType::{self, F16, F32};
+use crate::quant::GgmlType::{self, F16, F32, Q4_0, Q8_0};
 
 use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, r, rw, shared};
 
@@ -12,6 +13,8 @@ use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, r, rw, share
 const SOURCE: &str = include_str!("attention.wgsl");
 const DECODE: &str = include_str!("attention_decode.wgsl");
 const ROWS: &str = include_str!("attention_rows.wgsl");
+/// The readers of a block cache and its rotation.
+const BLOCKS: &str = include_str!("attention_blocks.wgsl");
 /// Which cache rows a query row sees, and the parameters: shared with
 /// `attention_coop`.
 pub const KEYS: &str = include_str!("attention_keys.wgsl");
@@ -45,6 +48,8 @@ kernel_params! {
         /// 0: exact.wgsl's `opaque` reads it, a value the compiler
         /// cannot fold.
         pub zero: u32,
+        /// A block cache's rotation group (`kv_blocks::rotation`).
+        pub rot: u32,
     }
 }
 
@@ -61,6 +66,7 @@ impl Params {
             scale: p.softcap.map_or(p.scale, |cap| p.scale / cap),
             softcap: p.softcap.unwrap_or(0.0),
             cache_rows: cache_rows as u32,
+            rot: kv_blocks::rotation(p.n_kv_heads * p.head_dim) as u32,
             ..Params::default()
         }
     }
@@ -70,7 +76,8 @@ impl Params {
 /// no faster.
 const WG_DECODE: u32 = 128;
 
-/// The cache type (F32 or F16), and for prefill the head size.
+/// The cache type (F32, F16, or Q8_0 and Q4_0 blocks, not joined with
+/// the rope), and for prefill the head size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttentionKernel {
     /// A workgroup per (row, head), keys spread over the workgroup
@@ -110,9 +117,12 @@ impl Family for AttentionKernel {
         use AttentionKernel::*;
         let mut v = Vec::new();
         for kv in [F32, F16] {
-            v.extend([Attention(kv), AttentionQ8(kv), AttentionRope(kv)]);
+            v.push(AttentionRope(kv));
         }
-        for kv in [F32, F16] {
+        for kv in [F32, F16, Q8_0, Q4_0] {
+            v.extend([Attention(kv), AttentionQ8(kv)]);
+        }
+        for kv in [F32, F16, Q8_0, Q4_0] {
             for head_dim in [64, 128, 256] {
                 v.push(AttentionRows { kv, head_dim });
                 v.push(AttentionQuads { kv, head_dim });
@@ -186,8 +196,16 @@ impl Family for AttentionKernel {
             s.def("KV_HALF");
         }
         s.set("KV", if f.shader_f16 { "vec2<f16>" } else { "u32" });
-        if self.kv() == F16 {
-            s.def("KV_F16");
+        match self.kv() {
+            F16 => s.def("KV_F16"),
+            Q8_0 => s.def("KV_Q8_0"),
+            Q4_0 => s.def("KV_Q4_0"),
+            _ => {}
+        }
+        let blocks = matches!(self.kv(), Q8_0 | Q4_0);
+        if blocks {
+            s.def("KV_BLOCKS");
+            s.include(&[BLOCKS]);
         }
         match self {
             AttentionKernel::AttentionRows { head_dim, .. }

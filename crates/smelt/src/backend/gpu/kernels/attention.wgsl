@@ -46,6 +46,11 @@
 // The parameters are declared in attention_keys.wgsl.
 
 @group(0) @binding(1) var<storage, read_write> q: array<f32>;     // (n, n_heads * head_dim)
+#ifdef KV_BLOCKS
+// Blocks of 32 values along each row, as words (attention_blocks.wgsl).
+@group(0) @binding(2) var<storage, read> kc: array<u32>;          // (slots * ctx, n_kv_heads * head_dim / 32 blocks)
+@group(0) @binding(3) var<storage, read> vc: array<u32>;          // (slots * ctx, n_kv_heads * head_dim / 32 blocks)
+#else
 #ifdef KV_F16
 #ifdef ROPE
 // Written too (the new key and value): u32 words, as rope.wgsl writes them.
@@ -73,6 +78,7 @@ fn kv2(w: u32) -> vec2<f32> {
 #else
 @group(0) @binding(2) var<storage, read> kc: array<f32>;          // (slots * ctx, n_kv_heads * head_dim)
 @group(0) @binding(3) var<storage, read> vc: array<f32>;          // (slots * ctx, n_kv_heads * head_dim)
+#endif
 #endif
 #endif
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
@@ -131,6 +137,7 @@ fn fold_dot(a: array<f32, 32>) -> f32 {
     return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
+#ifndef KV_BLOCKS
 // 4 cache values at element e (a multiple of 4).
 fn k4(e: u32) -> vec4<f32> {
 #ifdef KV_F16
@@ -147,3 +154,13 @@ fn v4(e: u32) -> vec4<f32> {
     return vec4<f32>(vc[e], vc[e + 1u], vc[e + 2u], vc[e + 3u]);
 #endif
 }
+
+// Value e of the key cache.
+fn k1(e: u32) -> f32 {
+#ifdef KV_F16
+    return kv2(kc[e / 2u])[e % 2u];
+#else
+    return kc[e];
+#endif
+}
+#endif

@@ -85,6 +85,33 @@ fn kdot_new(hd: u32) -> f32 {
 }
 #endif
 
+#ifdef KV_BLOCKS
+// The head in qs times H (attention_blocks.wgsl), a group per invocation
+// (kv_store.wgsl's butterflies); every invocation calls it (barriers).
+fn rotate_qs(lid: u32, hd: u32) {
+    workgroupBarrier();
+    let n = P.rot;
+    if (lid < hd / n) {
+        let o = lid * n;
+        for (var half = 1u; half < n; half *= 2u) {
+            for (var start = o; start < o + n; start += 2u * half) {
+                for (var i = start; i < start + half; i++) {
+                    let a = qs[i];
+                    let b = qs[i + half];
+                    qs[i] = a + b;
+                    qs[i + half] = a - b;
+                }
+            }
+        }
+        let s = rot_scale();
+        for (var i = o; i < o + n; i++) {
+            qs[i] *= s;
+        }
+    }
+    workgroupBarrier();
+}
+#endif
+
 // q · k for the key head starting at element e of the cache, in ggml's
 // order (see attention_rows.wgsl).
 fn kdot(e: u32, hd: u32) -> f32 {
@@ -101,23 +128,22 @@ fn kdot(e: u32, hd: u32) -> f32 {
             a[i + 1u] = fmaf(qs[o + i + 1u], k2.y, a[i + 1u]);
         }
 #else
-        for (var i = 0u; i < 32u; i++) {
-            a[i] = fmaf(qs[o + i], kc[e + o + i], a[i]);
+        for (var i = 0u; i < 32u; i += 4u) {
+            let k = k4(e + o + i);
+            for (var c = 0u; c < 4u; c++) {
+                a[i + c] = fmaf(qs[o + i + c], k[c], a[i + c]);
+            }
         }
 #endif
     }
     var t = vec2<f32>(fold_dot(a), 0.0);
     for (var d = full; d < hd; d++) {
-#ifdef KV_F16
-        let kd = kv2(kc[(e + d) / 2u])[d % 2u];
-#else
-        let kd = kc[e + d];
-#endif
-        t = ff_add_f(t, opaque(qs[d] * kd));
+        t = ff_add_f(t, opaque(qs[d] * k1(e + d)));
     }
     return t.x;
 }
 
+#ifndef KV_BLOCKS
 fn vval(e: u32) -> f32 {
 #ifdef KV_F16
     return kv2(vc[e / 2u])[e % 2u];
@@ -125,8 +151,10 @@ fn vval(e: u32) -> f32 {
     return vc[e];
 #endif
 }
+#endif
 
 #ifdef FAST
+#ifndef KV_BLOCKS
 // Plain f32 decode (FAST): keys and values loaded several at a time.
 fn k2_at(e: u32) -> vec2<f32> {
 #ifdef KV_F16
@@ -135,6 +163,7 @@ fn k2_at(e: u32) -> vec2<f32> {
     return vec2<f32>(kc[e], kc[e + 1u]);
 #endif
 }
+#endif
 
 // q · k over dims d..d+8 of a key head at element e.
 fn kdot8(e: u32, d: u32) -> vec4<f32> {
@@ -217,6 +246,10 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         qs[d] = rh(q[qb + d]);
     }
     let is_new = false;
+#endif
+#ifdef KV_BLOCKS
+    // Scored against the keys as stored, rotated.
+    rotate_qs(lid, hd);
 #endif
     let p = workgroupUniformLoad(&w_pos);
     let row0 = workgroupUniformLoad(&w_row0);
@@ -353,6 +386,23 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (l != 0.0) {
         inv = div_rn(1.0, l);
     }
+#ifdef KV_BLOCKS
+    // The sum of rotated values, rotated back through qs (the loop's last
+    // barrier came after every read of the query).
+    for (var c = 0u; c < 4u; c++) {
+        let d = lid + c * RED_WG;
+        if (d < hd) {
+            qs[d] = acc[c] * inv;
+        }
+    }
+    rotate_qs(lid, hd);
+    for (var c = 0u; c < 4u; c++) {
+        let d = lid + c * RED_WG;
+        if (d < hd) {
+            out[qb + d] = qs[d];
+        }
+    }
+#else
     for (var c = 0u; c < 4u; c++) {
         let d = lid + c * RED_WG;
         if (d < hd) {
@@ -362,6 +412,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
         }
     }
+#endif
 #ifdef Q8
     // Four consecutive dims per invocation, through qs (the loop's last
     // barrier came after every read of the query).

@@ -18,6 +18,7 @@ struct Params {
     factored: u32,
     round_q8: u32,    // ROPE: 1 rounds the output to Q8
     zero: u32,       // 0 (exact.wgsl's `opaque`)
+    rot: u32,        // KV_BLOCKS: values per rotation group of a cache row
 }
 @group(0) @binding(0) var<uniform> P: Params;
 

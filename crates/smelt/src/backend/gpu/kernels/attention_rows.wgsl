@@ -8,6 +8,40 @@ const QV: u32 = {{HD}}u / 16u;
 // Keys per step.
 const KS: u32 = 4u;
 
+#ifdef KV_BLOCKS
+// The head held by quad lane t (vec4 c is values 16c + 4t..+4) times H
+// (attention_blocks.wgsl), group by group: the butterflies of spans 1 and
+// 2 inside a vec4, of 4 and 8 between the quad's lanes, of 16, 32 between
+// vec4s. Every lane of the quad calls it (shuffles).
+fn rotate_quad(x: ptr<function, array<vec4<f32>, QV>>, t: u32) {
+    let n = P.rot;
+    for (var c = 0u; c < QV; c++) {
+        var v = (*x)[c];
+        v = vec4<f32>(v.x + v.y, v.x - v.y, v.z + v.w, v.z - v.w);
+        v = vec4<f32>(v.x + v.z, v.y + v.w, v.x - v.z, v.y - v.w);
+        for (var m = 1u; m <= 2u; m *= 2u) {
+            let other = subgroupShuffleXor(v, m);
+            v = select(other - v, v + other, (t & m) == 0u);
+        }
+        (*x)[c] = v;
+    }
+    for (var span = 1u; span < n / 16u; span *= 2u) {
+        for (var c = 0u; c < QV; c++) {
+            if ((c & span) == 0u) {
+                let a = (*x)[c];
+                let b = (*x)[c + span];
+                (*x)[c] = a + b;
+                (*x)[c + span] = a - b;
+            }
+        }
+    }
+    let s = rot_scale();
+    for (var c = 0u; c < QV; c++) {
+        (*x)[c] *= s;
+    }
+}
+#endif
+
 @compute @workgroup_size(128)
 fn main(
     @builtin(local_invocation_index) lid: u32,
@@ -43,6 +77,9 @@ fn main(
         qv[c] = vec4<f32>(q[e], q[e + 1u], q[e + 2u], q[e + 3u]);
         acc[c] = vec4<f32>(0.0);
     }
+#ifdef KV_BLOCKS
+    rotate_quad(&qv, t);
+#endif
     var m = NEG_BIG;
     var l = 0.0;
     for (var j0 = start; j0 <= p; j0 += KS) {
@@ -77,6 +114,9 @@ fn main(
             acc[c] = a;
         }
     }
+#ifdef KV_BLOCKS
+    rotate_quad(&acc, t);
+#endif
     if (i >= n) {
         return;
     }
@@ -97,6 +137,34 @@ fn main(
 const HD4: u32 = {{HD}}u / 4u;
 // Groups of 4 before the tail that is not a whole step of 32.
 const FULL4: u32 = ({{HD}}u / 32u) * 8u;
+
+#ifdef KV_BLOCKS
+// The head in x (vec4 c is values 4c..4c+4) times H (attention_blocks.wgsl),
+// group by group: the butterflies of spans 1 and 2 inside a vec4, then of
+// 4, 8, ... between vec4s.
+fn rotate_vec4s(x: ptr<function, array<vec4<f32>, HD4>>) {
+    let n4 = P.rot / 4u;
+    for (var c = 0u; c < HD4; c++) {
+        var v = (*x)[c];
+        v = vec4<f32>(v.x + v.y, v.x - v.y, v.z + v.w, v.z - v.w);
+        (*x)[c] = vec4<f32>(v.x + v.z, v.y + v.w, v.x - v.z, v.y - v.w);
+    }
+    for (var span = 1u; span < n4; span *= 2u) {
+        for (var c = 0u; c < HD4; c++) {
+            if ((c & span) == 0u) {
+                let a = (*x)[c];
+                let b = (*x)[c + span];
+                (*x)[c] = a + b;
+                (*x)[c + span] = a - b;
+            }
+        }
+    }
+    let s = rot_scale();
+    for (var c = 0u; c < HD4; c++) {
+        (*x)[c] *= s;
+    }
+}
+#endif
 
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -121,6 +189,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         qv[c] = rh4(vec4<f32>(q[qb + 4u * c], q[qb + 4u * c + 1u], q[qb + 4u * c + 2u], q[qb + 4u * c + 3u]));
         acc[c] = vec4<f32>(0.0);
     }
+#ifdef KV_BLOCKS
+    rotate_vec4s(&qv);
+#endif
     var m = NEG_BIG;
     var l = 0.0;
     for (var j = start; j <= p; j++) {
@@ -169,6 +240,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
         l = fmaf(l, ms, vs);
     }
+#ifdef KV_BLOCKS
+    rotate_vec4s(&acc);
+#endif
     var inv = 0.0;
     if (l != 0.0) {
         inv = div_rn(1.0, l);

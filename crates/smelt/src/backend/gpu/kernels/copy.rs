@@ -128,11 +128,15 @@ pub fn half_blocks(x: Tensor, half: Tensor) -> Dispatch {
 }
 
 /// `dst[ids[i]] = src[i]` (and, paired, `dst2[ids[i]] = src2[i]`): one
-/// invocation per value, or per pair of values of an F16 cache.
+/// invocation per value, or per pair of values of an F16 cache; a Q8_0 or
+/// Q4_0 cache's rows are quantized by `kv_store`.
 pub fn set_rows(
     (src, ids, dst): (Tensor, Tensor, Tensor),
     pair: Option<(Tensor, Tensor)>,
 ) -> Dispatch {
+    if super::kv_store::BLOCK_CACHE_TYPES.contains(&dst.dtype) {
+        return super::kv_store::set_rows((src, ids, dst), pair);
+    }
     let n = ids.n_elements();
     let per_row = if dst.dtype == F16 {
         dst.cols / 2

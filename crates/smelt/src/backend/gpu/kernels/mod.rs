@@ -119,6 +119,7 @@ pub mod attention_coop;
 pub mod copy;
 pub mod elementwise;
 pub mod get_rows;
+pub mod kv_store;
 pub mod matmul;
 pub mod matmul_coop;
 pub mod matmul_q8;
@@ -147,6 +148,7 @@ families! {
     Elementwise(elementwise::ElementwiseKernel),
     Softmax(softmax::SoftmaxKernel),
     Copy(copy::CopyKernel),
+    KvStore(kv_store::KvStore),
     Quantize(quantize::QuantizeActs),
 }
 
