@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use smelt::backend::gpu::GpuOptions;
+use smelt::backend::gpu::{AdapterMemory, GpuOptions, MemorySource};
 use smelt::backend::select::{self, BackendKind};
 use smelt::backend::split;
 use smelt::backend::{DeviceStats, Stats};
@@ -160,7 +160,11 @@ impl BackendArgs {
             };
             select::split(&self.devices, &gpu, placement, opts)?
         } else {
-            select::choose(self.backend, self.device, self.threads, &gpu)?
+            let chosen = select::choose(self.backend, self.device, self.threads, &gpu)?;
+            if let select::Choice::Gpu { index, .. } = chosen.choice {
+                check_fits_one_adapter(model, index)?;
+            }
+            chosen
         };
         eprintln!("smelt: {}", chosen.choice);
         Ok(chosen.backend)
@@ -194,6 +198,36 @@ impl BackendArgs {
         }
         Ok(true)
     }
+}
+
+/// Refuses, before any upload, a model that GPU adapter `index` cannot
+/// hold with its KV cache and activations (where its own memory is known:
+/// one that shares the host's is checked against that by `check_kv_fits`),
+/// naming a layer split over the adapters there are where that would fit.
+fn check_fits_one_adapter(model: &SplitModel, index: usize) -> anyhow::Result<()> {
+    let adapter = select::split_adapters(&[index])?.remove(0);
+    let own = |m: &AdapterMemory| m.source == MemorySource::VulkanHeap;
+    let Some(memory) = adapter
+        .memory
+        .filter(own)
+        .filter(|_| !adapter.unified_memory)
+    else {
+        return Ok(());
+    };
+    let one = [split::plan::DeviceMemory {
+        name: format!("GPU {index} ({})", adapter.name),
+        bytes: Some(memory.usable()),
+    }];
+    let Err(e) = split::plan::plan(&model.need(), &one, None) else {
+        return Ok(());
+    };
+    let others = smelt::backend::gpu::adapters().len().saturating_sub(1);
+    let hint = if others > 0 {
+        "; or split it over several GPUs: --devices 0,1"
+    } else {
+        ""
+    };
+    bail!("cannot load {} on GPU {index}: {e}{hint}", model.name)
 }
 
 /// What planning a layer split needs to know of the model and session.
