@@ -1,0 +1,100 @@
+//! `smelt serve --replicas N`: a whole copy of the model on each of N GPU
+//! adapters, each with its own session and scheduler (the throughput mode;
+//! `smelt::server::Replicas` routes the requests).
+//!
+//! The adapters are `--devices` (an index may repeat: one adapter holding
+//! two copies, as the tests do with lavapipe), or by default the first N
+//! hardware GPUs. Replicas are GPU only: one CPU backend already works on
+//! every core, so a second copy there would only share them (`--parallel`
+//! serves more requests at once instead). Before anything loads, each
+//! adapter must have room for all the copies it is to hold.
+
+use anyhow::bail;
+use smelt::backend::gpu::AdapterReport;
+use smelt::backend::select::{self, BackendKind};
+use smelt::model::{Session, SessionParams};
+
+use crate::engine::{BackendArgs, EngineArgs, Prepared, SplitMode};
+
+/// Opens the model once and loads it on each of `n` adapters; returns
+/// each session with the device it runs on (`GPU 1 (NAME)`).
+pub fn open(
+    args: &EngineArgs,
+    params: SessionParams,
+    n: usize,
+) -> anyhow::Result<(Prepared, Vec<(Session, String)>)> {
+    check_flags(&args.backend, n)?;
+    let adapters = select::replica_adapters(n, &args.backend.devices)?;
+    let prepared = Prepared::open(args.model.as_deref(), &args.backend, params)?;
+    let name = prepared
+        .path
+        .file_name()
+        .map_or_else(|| "the model".into(), |f| f.to_string_lossy().into_owned());
+    check_memory(&adapters, prepared.split_model().one_copy(), &name)?;
+    let gpu = args.backend.gpu_options();
+    let mut sessions = Vec::with_capacity(n);
+    for (replica, adapter) in adapters.iter().enumerate() {
+        let chosen = select::choose(BackendKind::Gpu, Some(adapter.index), None, &gpu)?;
+        eprintln!("smelt: replica {replica}: {}", chosen.choice);
+        let session = prepared.load(chosen.backend, args.backend.verbose)?;
+        sessions.push((session, format!("GPU {} ({})", adapter.index, adapter.name)));
+    }
+    Ok((prepared, sessions))
+}
+
+/// Refuses flags that contradict `--replicas n`, before anything opens.
+fn check_flags(b: &BackendArgs, n: usize) -> anyhow::Result<()> {
+    if b.split_mode == SplitMode::Layer || !b.tensor_split.is_empty() {
+        bail!(
+            "--replicas keeps a whole copy of the model on each adapter; it cannot go with a \
+             layer split (--split-mode layer, --tensor-split)"
+        );
+    }
+    if matches!(b.backend, BackendKind::Cpu | BackendKind::CpuRef) {
+        bail!(
+            "--replicas puts a copy of the model on each of several GPU adapters; it cannot go \
+             with a CPU backend, whose one copy already uses every core (--parallel serves more \
+             requests at once)"
+        );
+    }
+    if b.device.is_some() {
+        bail!("--replicas takes its adapters from --devices (e.g. --devices 0,1), not --device");
+    }
+    if !b.devices.is_empty() && b.devices.len() != n {
+        bail!(
+            "--replicas {n} needs {n} adapters in --devices, one per copy; it names {}",
+            b.devices.len()
+        );
+    }
+    Ok(())
+}
+
+/// Each adapter must hold its copies (`one_copy` bytes each: weights, KV
+/// cache and activations) in the memory it has free, where it says.
+fn check_memory(adapters: &[AdapterReport], one_copy: u64, model: &str) -> anyhow::Result<()> {
+    let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    for (first, a) in adapters.iter().enumerate() {
+        if adapters[..first].iter().any(|b| b.index == a.index) {
+            continue;
+        }
+        let Some(free) = a.memory.as_ref().map(|m| m.usable()) else {
+            continue;
+        };
+        let copies = adapters.iter().filter(|b| b.index == a.index).count() as u64;
+        let needed = one_copy.saturating_mul(copies);
+        if needed > free {
+            let what = match copies {
+                1 => format!("a copy of {model} needs {}", gib(one_copy)),
+                k => format!("{k} copies of {model} need {k} × {}", gib(one_copy)),
+            };
+            bail!(
+                "{what} (weights, KV cache and activations) on GPU {} ({}), which has {} free: \
+                 lower --ctx or --parallel, use fewer replicas, or a smaller quantization",
+                a.index,
+                a.name,
+                gib(free)
+            );
+        }
+    }
+    Ok(())
+}
