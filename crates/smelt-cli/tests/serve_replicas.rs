@@ -10,20 +10,16 @@
 //! leaves frees its replica's slot; a shutdown ends a running stream. Bad
 //! flags are refused before anything loads.
 
-#[path = "../../smelt/tests/common/arch.rs"]
-mod arch;
-#[path = "../../smelt/tests/common/mod.rs"]
-mod common;
 mod serve_support;
 
 use std::io::Read;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use serve_support::{Server, connect, http, post_json};
+use serve_support::{SMOLLM2, Server, connect, http, model, post_json, repo};
 
 /// Two slots per replica, a short context, ggml's arithmetic.
 const FLAGS: &[&str] = &[
@@ -38,8 +34,30 @@ const FLAGS: &[&str] = &[
     "96",
 ];
 
+/// `scripts/synth_arch.py mistral`, written into the target directory
+/// once (the script needs the `gguf` package: `scripts/test.sh` puts it
+/// on PYTHONPATH).
 fn mistral() -> PathBuf {
-    arch::reference("mistral").1
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve_replicas");
+    let path = dir.join("mistral.gguf");
+    if path.is_file() {
+        return path;
+    }
+    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = dir.join(format!("mistral.gguf.{}", std::process::id()));
+    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(repo("scripts/synth_arch.py"))
+        .arg("mistral")
+        .arg(&tmp)
+        .output()
+        .expect("python3 runs");
+    assert!(
+        out.status.success(),
+        "synth_arch.py mistral failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&tmp, &path).unwrap();
+    path
 }
 
 /// Completions at temperature 0, plain, with log-probabilities, and under
@@ -212,7 +230,7 @@ fn two_replicas_share_the_load_and_answer_as_one() {
 /// Flags that contradict `--replicas` are refused before anything loads.
 #[test]
 fn replica_flags_are_checked() {
-    let model = common::model(common::SMOLLM2);
+    let model = model(SMOLLM2);
     for (flags, says) in [
         (
             &["--replicas", "2"][..],
