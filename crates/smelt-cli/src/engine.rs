@@ -481,7 +481,8 @@ fn available_memory() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-fn file_name(path: &Path) -> String {
+/// A path's last part, for messages.
+pub fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),

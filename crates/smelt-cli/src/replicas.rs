@@ -14,7 +14,7 @@ use smelt::backend::gpu::AdapterReport;
 use smelt::backend::select::{self, BackendKind};
 use smelt::model::{Session, SessionParams};
 
-use crate::engine::{BackendArgs, EngineArgs, Prepared, SplitMode};
+use crate::engine::{BackendArgs, EngineArgs, Prepared, SplitMode, file_name};
 
 /// Opens the model once and loads it on each of `n` adapters; returns
 /// each session with the device it runs on (`GPU 1 (NAME)`).
@@ -26,10 +26,7 @@ pub fn open(
     check_flags(&args.backend, n)?;
     let adapters = select::replica_adapters(n, &args.backend.devices)?;
     let prepared = Prepared::open(args.model.as_deref(), &args.backend, params)?;
-    let name = prepared
-        .path
-        .file_name()
-        .map_or_else(|| "the model".into(), |f| f.to_string_lossy().into_owned());
+    let name = file_name(&prepared.path);
     check_memory(&adapters, prepared.split_model().one_copy(), &name)?;
     let gpu = args.backend.gpu_options();
     let mut sessions = Vec::with_capacity(n);
