@@ -357,20 +357,37 @@ impl Prepared {
         backend: Box<dyn smelt::backend::Backend>,
         verbose: bool,
     ) -> anyhow::Result<Session> {
+        let bar = std::io::stderr()
+            .is_terminal()
+            .then(|| self.progress_bar(&file_name(&self.path)));
+        self.load_with(backend, verbose, bar, "")
+    }
+
+    /// A bar for a load, labelled `label`.
+    pub fn progress_bar(&self, label: &str) -> indicatif::ProgressBar {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "loading {msg} {bar:30} {binary_bytes}/{binary_total_bytes}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_message(label.to_string());
+        bar
+    }
+
+    /// [`Prepared::load`] with the progress shown on `bar`, if any, and
+    /// `who` (`replica 1: `) before the lines it prints.
+    pub fn load_with(
+        &self,
+        backend: Box<dyn smelt::backend::Backend>,
+        verbose: bool,
+        bar: Option<indicatif::ProgressBar>,
+        who: &str,
+    ) -> anyhow::Result<Session> {
         let path = &self.path;
         let name = backend.name();
         let start = Instant::now();
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = indicatif::ProgressBar::new(0);
-            bar.set_style(
-                indicatif::ProgressStyle::with_template(
-                    "loading {msg} {bar:30} {binary_bytes}/{binary_total_bytes}",
-                )
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-            );
-            bar.set_message(file_name(path));
-            bar
-        });
         let mut progress = |done: u64, total: u64| {
             if let Some(bar) = &bar {
                 bar.set_length(total);
@@ -387,12 +404,12 @@ impl Prepared {
             // Commands that decode report per token; this is the load's share.
             let st = session.model().backend_stats();
             eprintln!(
-                "smelt: backend {name}: {} submissions, {} dispatches to load",
+                "smelt: {who}backend {name}: {} submissions, {} dispatches to load",
                 st.submissions, st.dispatches
             );
         }
         eprintln!(
-            "smelt: loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
+            "smelt: {who}loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
             file_name(path),
             session.model().n_bytes as f64 / (1024.0 * 1024.0),
             session.n_ctx(),

@@ -7,7 +7,10 @@
 //! hardware GPUs. Replicas are GPU only: one CPU backend already works on
 //! every core, so a second copy there would only share them (`--parallel`
 //! serves more requests at once instead). Before anything loads, each
-//! adapter must have room for all the copies it is to hold.
+//! adapter must have room for all the copies it is to hold; then the
+//! copies load at once, from the one opened file.
+
+use std::io::IsTerminal;
 
 use anyhow::bail;
 use smelt::backend::gpu::AdapterReport;
@@ -28,15 +31,50 @@ pub fn open(
     let prepared = Prepared::open(args.model.as_deref(), &args.backend, params)?;
     let name = file_name(&prepared.path);
     check_memory(&adapters, prepared.split_model().one_copy(), &name)?;
-    let gpu = args.backend.gpu_options();
-    let mut sessions = Vec::with_capacity(n);
-    for (replica, adapter) in adapters.iter().enumerate() {
-        let chosen = select::choose(BackendKind::Gpu, Some(adapter.index), None, &gpu)?;
-        eprintln!("smelt: replica {replica}: {}", chosen.choice);
-        let session = prepared.load(chosen.backend, args.backend.verbose)?;
-        sessions.push((session, format!("GPU {} ({})", adapter.index, adapter.name)));
-    }
+    let sessions = load_all(&prepared, &adapters, &args.backend)?;
     Ok((prepared, sessions))
+}
+
+/// Opens each adapter and loads a copy on it, all at once (each upload
+/// has its own device and bus); one progress bar per copy on a terminal.
+fn load_all(
+    prepared: &Prepared,
+    adapters: &[AdapterReport],
+    backend: &BackendArgs,
+) -> anyhow::Result<Vec<(Session, String)>> {
+    let gpu = backend.gpu_options();
+    let bars = std::io::stderr()
+        .is_terminal()
+        .then(indicatif::MultiProgress::new);
+    let loads: Vec<anyhow::Result<Session>> = std::thread::scope(|s| {
+        let handles: Vec<_> = adapters
+            .iter()
+            .enumerate()
+            .map(|(replica, adapter)| {
+                let bar = bars
+                    .as_ref()
+                    .map(|m| m.add(prepared.progress_bar(&format!("replica {replica}"))));
+                s.spawn(move || {
+                    let chosen = select::choose(BackendKind::Gpu, Some(adapter.index), None, &gpu)?;
+                    eprintln!("smelt: replica {replica}: {}", chosen.choice);
+                    let who = format!("replica {replica}: ");
+                    prepared.load_with(chosen.backend, backend.verbose, bar, &who)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("loading a replica panicked")))
+            })
+            .collect()
+    });
+    loads
+        .into_iter()
+        .zip(adapters)
+        .map(|(session, a)| Ok((session?, format!("GPU {} ({})", a.index, a.name))))
+        .collect()
 }
 
 /// Refuses flags that contradict `--replicas n`, before anything opens.
