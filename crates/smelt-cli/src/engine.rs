@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use smelt::backend::gpu::GpuOptions;
+use smelt::backend::gpu::{AdapterMemory, GpuOptions, MemorySource};
 use smelt::backend::select::{self, BackendKind};
 use smelt::backend::split;
 use smelt::backend::{DeviceStats, Stats};
@@ -153,7 +153,11 @@ impl BackendArgs {
             };
             select::split(&self.devices, &gpu, placement, opts)?
         } else {
-            select::choose(self.backend, self.device, self.threads, &gpu)?
+            let chosen = select::choose(self.backend, self.device, self.threads, &gpu)?;
+            if let select::Choice::Gpu { index, .. } = chosen.choice {
+                check_fits_one_adapter(model, index)?;
+            }
+            chosen
         };
         eprintln!("smelt: {}", chosen.choice);
         Ok(chosen.backend)
@@ -199,6 +203,36 @@ impl BackendArgs {
         }
         Ok(true)
     }
+}
+
+/// Refuses, before any upload, a model that GPU adapter `index` cannot
+/// hold with its KV cache and activations (where its own memory is known:
+/// one that shares the host's is checked against that by `check_kv_fits`),
+/// naming a layer split over the adapters there are where that would fit.
+fn check_fits_one_adapter(model: &SplitModel, index: usize) -> anyhow::Result<()> {
+    let adapter = select::split_adapters(&[index])?.remove(0);
+    let own = |m: &AdapterMemory| m.source == MemorySource::VulkanHeap;
+    let Some(memory) = adapter
+        .memory
+        .filter(own)
+        .filter(|_| !adapter.unified_memory)
+    else {
+        return Ok(());
+    };
+    let one = [split::plan::DeviceMemory {
+        name: format!("GPU {index} ({})", adapter.name),
+        bytes: Some(memory.usable()),
+    }];
+    let Err(e) = split::plan::plan(&model.need(), &one, None) else {
+        return Ok(());
+    };
+    let others = smelt::backend::gpu::adapters().len().saturating_sub(1);
+    let hint = if others > 0 {
+        "; or split it over several GPUs: --devices 0,1"
+    } else {
+        ""
+    };
+    bail!("cannot load {} on GPU {index}: {e}{hint}", model.name)
 }
 
 /// What planning a layer split (or the replicas' memory) needs to know of
@@ -491,7 +525,7 @@ pub fn check_kv_fits(
 
 /// The memory the system could give this process now (Linux's
 /// `MemAvailable`); `None` where it cannot be read.
-fn available_memory() -> Option<u64> {
+pub fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -13,11 +13,11 @@
 use std::io::IsTerminal;
 
 use anyhow::bail;
-use smelt::backend::gpu::AdapterReport;
+use smelt::backend::gpu::{AdapterReport, MemorySource};
 use smelt::backend::select::{self, BackendKind};
 use smelt::model::{Session, SessionParams};
 
-use crate::engine::{BackendArgs, EngineArgs, Prepared, SplitMode, file_name};
+use crate::engine::{BackendArgs, EngineArgs, Prepared, SplitMode, available_memory, file_name};
 
 /// Opens the model once and loads it on each of `n` adapters; returns
 /// each session with the device it runs on (`GPU 1 (NAME)`).
@@ -105,14 +105,22 @@ fn check_flags(b: &BackendArgs, n: usize) -> anyhow::Result<()> {
 }
 
 /// Each adapter must hold its copies (`one_copy` bytes each: weights, KV
-/// cache and activations) in the memory it has free, where it says.
+/// cache and activations) in the memory it has free: its own where it
+/// says (a Vulkan heap), the host's where it shares it.
 fn check_memory(adapters: &[AdapterReport], one_copy: u64, model: &str) -> anyhow::Result<()> {
     let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
     for (first, a) in adapters.iter().enumerate() {
         if adapters[..first].iter().any(|b| b.index == a.index) {
             continue;
         }
-        let Some(free) = a.memory.as_ref().map(|m| m.usable()) else {
+        let free = if a.unified_memory {
+            available_memory().map(|m| (m, "of the host's memory available"))
+        } else {
+            a.memory
+                .filter(|m| m.source == MemorySource::VulkanHeap)
+                .map(|m| (m.usable(), "free"))
+        };
+        let Some((free, said)) = free else {
             continue;
         };
         let copies = adapters.iter().filter(|b| b.index == a.index).count() as u64;
@@ -123,7 +131,7 @@ fn check_memory(adapters: &[AdapterReport], one_copy: u64, model: &str) -> anyho
                 k => format!("{k} copies of {model} need {k} × {}", gib(one_copy)),
             };
             bail!(
-                "{what} (weights, KV cache and activations) on GPU {} ({}), which has {} free: \
+                "{what} (weights, KV cache and activations) on GPU {} ({}), which has {} {said}: \
                  lower --ctx or --parallel, use fewer replicas, or a smaller quantization",
                 a.index,
                 a.name,
