@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Total generation throughput of `smelt serve` with 1, 4 and 16 concurrent
-streams (or --streams), one server per count started with `--parallel N`.
+streams (or --streams), one server per count started with `--parallel N`;
+with --replicas, one server per replica count and stream count, compared.
 
 Each of the N clients streams --requests completions of --max-tokens
 tokens, one after another, all at once with the others. The prompts count
@@ -9,17 +10,27 @@ on greedily for hundreds of tokens) and each client starts from its own
 number. Reported per N: generated tokens over the wall time of the whole
 run (prompts included), and the mean rate a single stream saw.
 
-Only the standard library. Example (what the figures in the report came
+With `--replicas 1,2` each count R runs as `--replicas R --parallel
+ceil(N / R)` (every stream holds a slot either way; --parallel overrides
+it) on the first R adapters of --devices (default: the first R hardware
+GPUs), and the table gives each row's throughput over the first count's.
+
+Only the standard library. Examples (what the figures in the report came
 from):
 
     cargo build --release -p smelt-cli
     python3 scripts/bench-serve.py --threads 2 --streams 1,4,16
+
+    # two GPUs: one replica against two, 32 streams
+    python3 scripts/bench-serve.py -m MODEL.gguf --streams 32 --replicas 1,2 \
+        --max-tokens 256 --requests 2 --ctx 1024
 """
 
 import argparse
 import http.client
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -33,12 +44,21 @@ def default_model():
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def start_server(a, parallel):
+def start_server(a, parallel, replicas):
     """Starts `smelt serve` on a free loopback port; returns (process, port)."""
     cmd = [a.smelt, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0",
-           "--parallel", str(parallel), "--ctx", str(a.ctx), "--queue", str(parallel)]
+           "--parallel", str(parallel), "--ctx", str(a.ctx), "--queue", str(parallel * replicas)]
+    if replicas > 1:
+        cmd += ["--replicas", str(replicas)]
+    if a.devices:
+        # The first R adapters of --devices; one alone is --device.
+        devices = a.devices.split(",")[:replicas]
+        if len(devices) < replicas:
+            sys.exit(f"--devices {a.devices} names fewer than {replicas} adapters")
+        cmd += ["--device", devices[0]] if replicas == 1 else ["--devices", ",".join(devices)]
     if a.threads:
         cmd += ["-t", str(a.threads)]
+    cmd += shlex.split(a.server_args)
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True)
     for line in proc.stderr:
@@ -81,10 +101,22 @@ def stream_completion(port, prompt, max_tokens):
     return usage["completion_tokens"], (last - first) if first else 0.0
 
 
-def run(a, n):
-    proc, port = start_server(a, n)
+def warm_up(port, replicas):
+    """One short completion per replica at once (they spread over the
+    replicas): first-touch of the weights, the kernels built."""
+    threads = [threading.Thread(target=stream_completion, args=(port, "0, 1, 2,", 4))
+               for _ in range(replicas)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def run(a, n, replicas):
+    parallel = a.parallel or -(-n // replicas)
+    proc, port = start_server(a, parallel, replicas)
     try:
-        stream_completion(port, "0, 1, 2,", 4)  # warm up: first-touch of the weights
+        warm_up(port, replicas)
         tokens = [0] * n
         rates = []
         errors = []
@@ -126,17 +158,31 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--smelt", default=os.path.join(ROOT, "target", "release", "smelt"))
     ap.add_argument("-m", "--model", default=default_model())
-    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("-t", "--threads", type=int, default=2, help="CPU threads (0: the server's default)")
     ap.add_argument("--streams", default="1,4,16", help="comma-separated concurrent stream counts")
+    ap.add_argument("--replicas", default="1", help="comma-separated replica counts (serve --replicas)")
+    ap.add_argument("--parallel", type=int, default=0,
+                    help="slots per replica (default: enough for every stream)")
     ap.add_argument("--requests", type=int, default=2, help="completions per client")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--ctx", type=int, default=512)
+    ap.add_argument("--devices", default="",
+                    help="GPU adapters, comma-separated: R replicas take the first R (default: "
+                         "--backend auto's GPU, and the first hardware GPUs for replicas)")
+    ap.add_argument("--server-args", default="", help="more smelt serve flags, e.g. \"--devices 0,1\"")
     a = ap.parse_args()
-    print(f"# {os.path.basename(a.model)}, -t {a.threads}, {a.requests} × {a.max_tokens} tokens per stream")
-    print("streams  tokens  wall_s  total_tok/s  per_stream_tok/s")
+    counts = [int(x) for x in a.replicas.split(",")]
+    print(f"# {os.path.basename(a.model)}, -t {a.threads}, {a.requests} × {a.max_tokens} tokens per stream"
+          + (f", serve {a.server_args}" if a.server_args else ""))
+    print("replicas  streams  tokens  wall_s  total_tok/s  per_stream_tok/s  vs_first")
     for n in (int(x) for x in a.streams.split(",")):
-        total, wall, rate = run(a, n)
-        print(f"{n:7d}  {total:6d}  {wall:6.2f}  {total / wall:11.1f}  {rate:16.1f}", flush=True)
+        first = None
+        for r in counts:
+            total, wall, rate = run(a, n, r)
+            rate_total = total / wall
+            first = first or rate_total
+            print(f"{r:8d}  {n:7d}  {total:6d}  {wall:6.2f}  {rate_total:11.1f}  {rate:16.1f}"
+                  f"  {rate_total / first:7.2f}x", flush=True)
 
 
 if __name__ == "__main__":

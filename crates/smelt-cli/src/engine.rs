@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use smelt::backend::gpu::GpuOptions;
+use smelt::backend::gpu::{AdapterMemory, GpuOptions, MemorySource};
 use smelt::backend::select::{self, BackendKind};
 use smelt::backend::split;
 use smelt::backend::{DeviceStats, Stats};
@@ -134,14 +134,7 @@ impl BackendArgs {
     /// The backend, with one line on stderr saying which it is; a layer
     /// split is planned for `model` first (see [`split::plan`]).
     fn make(&self, model: &SplitModel) -> anyhow::Result<Box<dyn smelt::backend::Backend>> {
-        if self.gpu_f32_acts {
-            eprintln!("smelt: --gpu-f32-acts is deprecated: the fast mode is the GPU's default");
-        }
-        let gpu = GpuOptions {
-            quantize_activations: self.exact,
-            profile: self.perf,
-            ..GpuOptions::default()
-        };
+        let gpu = self.gpu_options();
         let chosen = if self.is_split()? {
             let adapters = select::split_adapters(&self.devices)?;
             let memory: Vec<split::plan::DeviceMemory> = adapters
@@ -160,10 +153,26 @@ impl BackendArgs {
             };
             select::split(&self.devices, &gpu, placement, opts)?
         } else {
-            select::choose(self.backend, self.device, self.threads, &gpu)?
+            let chosen = select::choose(self.backend, self.device, self.threads, &gpu)?;
+            if let select::Choice::Gpu { index, .. } = chosen.choice {
+                check_fits_one_adapter(model, index)?;
+            }
+            chosen
         };
         eprintln!("smelt: {}", chosen.choice);
         Ok(chosen.backend)
+    }
+
+    /// The GPU's options as `--exact` and `--perf` say.
+    pub fn gpu_options(&self) -> GpuOptions {
+        if self.gpu_f32_acts {
+            eprintln!("smelt: --gpu-f32-acts is deprecated: the fast mode is the GPU's default");
+        }
+        GpuOptions {
+            quantize_activations: self.exact,
+            profile: self.perf,
+            ..GpuOptions::default()
+        }
     }
 
     /// Whether the flags ask for a layer split, refusing ones that
@@ -196,7 +205,38 @@ impl BackendArgs {
     }
 }
 
-/// What planning a layer split needs to know of the model and session.
+/// Refuses, before any upload, a model that GPU adapter `index` cannot
+/// hold with its KV cache and activations (where its own memory is known:
+/// one that shares the host's is checked against that by `check_kv_fits`),
+/// naming a layer split over the adapters there are where that would fit.
+fn check_fits_one_adapter(model: &SplitModel, index: usize) -> anyhow::Result<()> {
+    let adapter = select::split_adapters(&[index])?.remove(0);
+    let own = |m: &AdapterMemory| m.source == MemorySource::VulkanHeap;
+    let Some(memory) = adapter
+        .memory
+        .filter(own)
+        .filter(|_| !adapter.unified_memory)
+    else {
+        return Ok(());
+    };
+    let one = [split::plan::DeviceMemory {
+        name: format!("GPU {index} ({})", adapter.name),
+        bytes: Some(memory.usable()),
+    }];
+    let Err(e) = split::plan::plan(&model.need(), &one, None) else {
+        return Ok(());
+    };
+    let others = smelt::backend::gpu::adapters().len().saturating_sub(1);
+    let hint = if others > 0 {
+        "; or split it over several GPUs: --devices 0,1"
+    } else {
+        ""
+    };
+    bail!("cannot load {} on GPU {index}: {e}{hint}", model.name)
+}
+
+/// What planning a layer split (or the replicas' memory) needs to know of
+/// the model and session.
 pub struct SplitModel<'a> {
     name: String,
     file: &'a GgufFile,
@@ -205,6 +245,12 @@ pub struct SplitModel<'a> {
 }
 
 impl SplitModel<'_> {
+    /// The bytes one adapter needs to hold the whole model and session.
+    pub fn one_copy(&self) -> u64 {
+        let need = self.need();
+        need.on_device(0, 1, &(0..need.layers.len()))
+    }
+
     /// Weights by layer, the KV cache, and a reserve on each device for
     /// the activations of a batch and the logits.
     fn need(&self) -> split::plan::Need {
@@ -288,37 +334,71 @@ pub struct Opened {
     pub session: Session,
 }
 
-/// Opens the model of `model` (or the default one), checks it, loads it
-/// into the backend with a progress bar on a terminal, and makes a session.
-pub fn open(
-    model: Option<&Path>,
-    backend: &BackendArgs,
-    params: SessionParams,
-) -> anyhow::Result<Opened> {
-    let params = SessionParams {
-        kv_type: backend.cache_type,
-        ..params
-    };
-    let path = model_path(model)?;
-    let file = open_gguf(&path)?;
-    // The architecture is checked before the tokenizer: an unsupported model
-    // should say so, not fail on its vocabulary.
-    let config = smelt::model::Config::from_gguf(&file)
-        .with_context(|| format!("cannot run {}", path.display()))?;
-    let tokenizer = Tokenizer::from_gguf(&file)
-        .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
-    let made = backend.make(&SplitModel {
-        name: file_name(&path),
-        file: &file,
-        config: &config,
-        params: &params,
-    })?;
-    if !made.caps().is_gpu || made.caps().unified_memory {
-        check_kv_fits(&config, &params, available_memory())?;
+/// A model file opened and checked, before any backend: what every copy of
+/// it shares.
+pub struct Prepared {
+    pub path: PathBuf,
+    pub file: GgufFile,
+    pub config: smelt::model::Config,
+    pub tokenizer: Tokenizer,
+    /// The session's, with the KV cache type of the flags.
+    pub params: SessionParams,
+}
+
+impl Prepared {
+    /// Opens the model of `model` (or the default one) and reads its
+    /// hyperparameters and tokenizer.
+    pub fn open(
+        model: Option<&Path>,
+        backend: &BackendArgs,
+        params: SessionParams,
+    ) -> anyhow::Result<Self> {
+        let params = SessionParams {
+            kv_type: backend.cache_type,
+            ..params
+        };
+        let path = model_path(model)?;
+        let file = open_gguf(&path)?;
+        // The architecture is checked before the tokenizer: an unsupported
+        // model should say so, not fail on its vocabulary.
+        let config = smelt::model::Config::from_gguf(&file)
+            .with_context(|| format!("cannot run {}", path.display()))?;
+        let tokenizer = Tokenizer::from_gguf(&file)
+            .with_context(|| format!("cannot read the tokenizer of {}", path.display()))?;
+        Ok(Self {
+            path,
+            file,
+            config,
+            tokenizer,
+            params,
+        })
     }
-    let name = made.name();
-    let start = Instant::now();
-    let bar = std::io::stderr().is_terminal().then(|| {
+
+    /// What planning its memory needs.
+    pub fn split_model(&self) -> SplitModel<'_> {
+        SplitModel {
+            name: file_name(&self.path),
+            file: &self.file,
+            config: &self.config,
+            params: &self.params,
+        }
+    }
+
+    /// Loads the weights into `backend`, with a progress bar on a
+    /// terminal, and makes a session.
+    pub fn load(
+        &self,
+        backend: Box<dyn smelt::backend::Backend>,
+        verbose: bool,
+    ) -> anyhow::Result<Session> {
+        let bar = std::io::stderr()
+            .is_terminal()
+            .then(|| self.progress_bar(&file_name(&self.path)));
+        self.load_with(backend, verbose, bar, "")
+    }
+
+    /// A bar for a load, labelled `label`.
+    pub fn progress_bar(&self, label: &str) -> indicatif::ProgressBar {
         let bar = indicatif::ProgressBar::new(0);
         bar.set_style(
             indicatif::ProgressStyle::with_template(
@@ -326,42 +406,82 @@ pub fn open(
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        bar.set_message(file_name(&path));
+        bar.set_message(label.to_string());
         bar
-    });
-    let mut progress = |done: u64, total: u64| {
-        if let Some(bar) = &bar {
-            bar.set_length(total);
-            bar.set_position(done);
+    }
+
+    /// [`Prepared::load`] with the progress shown on `bar`, if any, and
+    /// `who` (`replica 1: `) before the lines it prints.
+    pub fn load_with(
+        &self,
+        backend: Box<dyn smelt::backend::Backend>,
+        verbose: bool,
+        bar: Option<indicatif::ProgressBar>,
+        who: &str,
+    ) -> anyhow::Result<Session> {
+        let path = &self.path;
+        let name = backend.name();
+        let start = Instant::now();
+        let mut progress = |done: u64, total: u64| {
+            if let Some(bar) = &bar {
+                bar.set_length(total);
+                bar.set_position(done);
+            }
+        };
+        let model = Model::load(&self.file, backend, &mut progress)
+            .with_context(|| format!("cannot load {}", path.display()))?;
+        if let Some(bar) = bar {
+            bar.finish_and_clear();
         }
-    };
-    let model = Model::load(&file, made, &mut progress)
-        .with_context(|| format!("cannot load {}", path.display()))?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
-    let session = Session::new(model, params)?;
-    if backend.verbose {
-        // Commands that decode report per token; this is the load's share.
-        let st = session.model().backend_stats();
+        let session = Session::new(model, self.params.clone())?;
+        if verbose {
+            // Commands that decode report per token; this is the load's share.
+            let st = session.model().backend_stats();
+            eprintln!(
+                "smelt: {who}backend {name}: {} submissions, {} dispatches to load",
+                st.submissions, st.dispatches
+            );
+        }
         eprintln!(
-            "smelt: backend {name}: {} submissions, {} dispatches to load",
-            st.submissions, st.dispatches
+            "smelt: {who}loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
+            file_name(path),
+            session.model().n_bytes as f64 / (1024.0 * 1024.0),
+            session.n_ctx(),
+            start.elapsed().as_secs_f64()
         );
+        Ok(session)
     }
-    eprintln!(
-        "smelt: loaded {} ({:.1} MiB, {} context) on {name} in {:.2} s",
-        file_name(&path),
-        session.model().n_bytes as f64 / (1024.0 * 1024.0),
-        session.n_ctx(),
-        start.elapsed().as_secs_f64()
-    );
+}
+
+/// Opens the model of `model` (or the default one), checks it, loads it
+/// into the backend with a progress bar on a terminal, and makes a session.
+pub fn open(
+    model: Option<&Path>,
+    backend: &BackendArgs,
+    params: SessionParams,
+) -> anyhow::Result<Opened> {
+    let (prepared, session) = open_prepared(model, backend, params)?;
     Ok(Opened {
-        path,
-        file,
-        tokenizer,
+        path: prepared.path,
+        file: prepared.file,
+        tokenizer: prepared.tokenizer,
         session,
     })
+}
+
+/// [`open`], keeping what the model's copies share apart from the session.
+fn open_prepared(
+    model: Option<&Path>,
+    backend: &BackendArgs,
+    params: SessionParams,
+) -> anyhow::Result<(Prepared, Session)> {
+    let prepared = Prepared::open(model, backend, params)?;
+    let made = backend.make(&prepared.split_model())?;
+    if !made.caps().is_gpu || made.caps().unified_memory {
+        check_kv_fits(&prepared.config, &prepared.params, available_memory())?;
+    }
+    let session = prepared.load(made, backend.verbose)?;
+    Ok((prepared, session))
 }
 
 /// Opens a GGUF file for a command. Errors name the file once: the
@@ -405,14 +525,15 @@ pub fn check_kv_fits(
 
 /// The memory the system could give this process now (Linux's
 /// `MemAvailable`); `None` where it cannot be read.
-fn available_memory() -> Option<u64> {
+pub fn available_memory() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     kib.checked_mul(1024)
 }
 
-fn file_name(path: &Path) -> String {
+/// A path's last part, for messages.
+pub fn file_name(path: &Path) -> String {
     path.file_name().map_or_else(
         || path.display().to_string(),
         |n| n.to_string_lossy().into_owned(),
@@ -422,8 +543,8 @@ fn file_name(path: &Path) -> String {
 /// A model ready to serve.
 pub struct Loaded {
     pub path: PathBuf,
-    pub engine: Box<dyn Engine>,
-    pub vocab: Box<dyn Vocab>,
+    /// One copy of the model per replica (one unless `--replicas`).
+    pub replicas: Vec<Replica>,
     pub template: ChatTemplate,
     pub encode: Encode,
     /// A token's text, control tokens' included.
@@ -435,10 +556,20 @@ pub struct Loaded {
     pub pooling: Option<Pooling>,
 }
 
-/// Loads the model with `n_slots` sequence slots.
+/// One copy of the model, for one scheduler.
+pub struct Replica {
+    pub engine: Box<dyn Engine>,
+    pub vocab: Box<dyn Vocab>,
+    /// Where it runs, as the access log names it: `GPU 1 (NAME)`.
+    pub device: String,
+}
+
+/// Loads the model with `n_slots` sequence slots, `replicas` times (each
+/// copy on its own GPU adapter: see [`crate::replicas`]).
 pub fn load(
     args: &EngineArgs,
     n_slots: usize,
+    replicas: usize,
     chat_template: Option<&str>,
 ) -> anyhow::Result<Loaded> {
     let params = SessionParams {
@@ -448,11 +579,17 @@ pub fn load(
         n_outputs: n_slots.max(1),
         ..SessionParams::default()
     };
-    let opened = open(args.model.as_deref(), &args.backend, params)?;
-    let template = ChatTemplate::from_gguf(&opened.file, chat_template)
-        .with_context(|| format!("the chat template of {}", opened.path.display()))?;
-    let pooling = opened.session.config().pooling;
-    let tokenizer = Arc::new(opened.tokenizer);
+    let (prepared, sessions) = if replicas > 1 {
+        crate::replicas::open(args, params, replicas)?
+    } else {
+        let (prepared, session) = open_prepared(args.model.as_deref(), &args.backend, params)?;
+        let device = session.model().backend_name();
+        (prepared, vec![(session, device)])
+    };
+    let template = ChatTemplate::from_gguf(&prepared.file, chat_template)
+        .with_context(|| format!("the chat template of {}", prepared.path.display()))?;
+    let pooling = prepared.config.pooling;
+    let tokenizer = Arc::new(prepared.tokenizer);
     let encode = encoder(Arc::clone(&tokenizer), template.bos_token().to_string());
     let token_bytes: TokenBytes = {
         let tokenizer = Arc::clone(&tokenizer);
@@ -460,12 +597,19 @@ pub fn load(
     };
     let grammars = Arc::new(
         Grammars::new(Arc::clone(&tokenizer))
-            .with_context(|| format!("the vocabulary of {}", opened.path.display()))?,
+            .with_context(|| format!("the vocabulary of {}", prepared.path.display()))?,
     );
+    let replicas = sessions
+        .into_iter()
+        .map(|(session, device)| Replica {
+            engine: Box::new(session),
+            vocab: Box::new(TokenizerVocab(Arc::clone(&tokenizer))),
+            device,
+        })
+        .collect();
     Ok(Loaded {
-        path: opened.path,
-        engine: Box::new(opened.session),
-        vocab: Box::new(TokenizerVocab(tokenizer)),
+        path: prepared.path,
+        replicas,
         template,
         encode,
         token_bytes,

@@ -3,6 +3,7 @@
 mod cmd;
 mod engine;
 mod hub;
+mod replicas;
 mod serve;
 
 use std::process::ExitCode;

@@ -47,10 +47,11 @@ static STOP: AtomicBool = AtomicBool::new(false);
 static GENERATING: AtomicBool = AtomicBool::new(false);
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let loaded = engine::load(&args.engine, 1, args.chat_template.as_deref())?;
+    let mut loaded = engine::load(&args.engine, 1, 1, args.chat_template.as_deref())?;
+    let replica = loaded.replicas.remove(0);
     let template = loaded.template;
     let encode = loaded.encode;
-    let scheduler = Scheduler::spawn(loaded.engine, loaded.vocab, 0);
+    let scheduler = Scheduler::spawn(replica.engine, replica.vocab, 0);
     let n_ctx = scheduler.n_ctx();
     let interactive = std::io::stdin().is_terminal();
     if interactive {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use smelt::gguf::GgufFile;
+use smelt::gguf::{GgufError, GgufFile};
 use smelt::quant::{FileType, GgmlType};
 use smelt::quantize::{self, MixOptions, Plan, Progress, QuantizeOptions, TensorPlan};
 
@@ -88,8 +88,11 @@ fn parse_tensor_type(s: &str) -> Result<GgmlType, String> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let start = Instant::now();
-    // Its error names the path and the cause.
-    let file = GgufFile::open(&args.input)?;
+    // A read error names the path itself; a format error gets it here.
+    let file = GgufFile::open(&args.input).map_err(|e| match e {
+        GgufError::Io { .. } => anyhow::anyhow!("{e}"),
+        other => anyhow::anyhow!("cannot open {}: {other}", args.input.display()),
+    })?;
     if !args.dry_run {
         // Before the plan's notes and the work: a clear refusal first.
         quantize::check_output(&args.output, &args.input)?;

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use smelt::chat::ChatTemplate;
 use smelt::model::Pooling;
+use smelt::server::{Replicas, Scheduler};
 
 use crate::engine::{self, EngineArgs};
 use crate::serve::{AppState, Limits, Served, Timeouts, serve};
@@ -31,9 +32,17 @@ pub struct Args {
     /// Requests generated at once, each with its own KV-cache slot
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     parallel: u32,
-    /// Requests that may wait for a slot; more get 503
+    /// Requests that may wait for a slot; more get 503 (shared among
+    /// --replicas)
     #[arg(long, default_value_t = 64)]
     queue: usize,
+    /// Copies of the model, one per GPU adapter, each with --parallel slots
+    /// of its own: the throughput mode. A request goes to the copy with
+    /// the fewest requests running and waiting. The adapters are --devices
+    /// (one per copy), by default the first N hardware GPUs. GPU only; not
+    /// with a layer split
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    replicas: u32,
     /// Use this built-in chat template instead of the model's: chatml, llama3,
     /// gemma, qwen3, phi3, phi4, mistral-v1, mistral-v3, mistral-v3-tekken,
     /// mistral-v7, mistral-v7-tekken or gpt-oss
@@ -75,9 +84,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.api_key.as_deref() == Some("") {
         anyhow::bail!("--api-key must not be empty");
     }
+    let replicas = args.replicas as usize;
     let loaded = engine::load(
         &args.engine,
         args.parallel as usize,
+        replicas,
         args.chat_template.as_deref(),
     )?;
     let model_id = model_id(&loaded.path);
@@ -90,10 +101,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .with_special_tokens(loaded.template.bos_token(), loaded.template.eos_token())
         }
     };
-    let scheduler = smelt::server::Scheduler::spawn(loaded.engine, loaded.vocab, args.queue);
+    // The waiting places are shared: each replica gets its part.
+    let queue = args.queue.div_ceil(replicas);
+    let (schedulers, devices): (Vec<Scheduler>, Vec<String>) = loaded
+        .replicas
+        .into_iter()
+        .map(|r| (Scheduler::spawn(r.engine, r.vocab, queue), r.device))
+        .unzip();
     let state = AppState::new(
         Served {
-            scheduler,
+            scheduler: Replicas::new(schedulers),
+            devices,
             template,
             encode: loaded.encode,
             token_bytes: loaded.token_bytes,

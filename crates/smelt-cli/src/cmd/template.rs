@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use smelt::chat::ChatTemplate;
-use smelt::gguf::GgufFile;
 
 #[derive(clap::Args)]
 #[command(group = clap::ArgGroup::new("source").required(true))]
@@ -44,7 +43,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("cannot read {}", path.display()))?;
         ChatTemplate::new(&source, path.display().to_string())?
     } else if let Some(path) = &args.model {
-        let file = GgufFile::open(path)?;
+        let file = crate::engine::open_gguf(path)?;
         ChatTemplate::from_gguf(&file, None)?
     } else {
         ChatTemplate::builtin(args.chat_template.as_deref().unwrap_or_default())?

@@ -32,6 +32,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tower_service::Service;
 
+use super::ServedBy;
+
 /// How long a client may take, each configurable on `smelt serve`.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
@@ -118,6 +120,10 @@ impl Connection {
                 let response = app.call(req.map(Body::new)).await?;
                 let (parts, body) = response.into_parts();
                 let status = parts.status.as_u16();
+                let line = AccessLine {
+                    replica: parts.extensions.get::<ServedBy>().map(|r| r.0),
+                    ..line
+                };
                 let body = Logged {
                     inner: body,
                     bytes: 0,
@@ -300,6 +306,8 @@ struct AccessLine {
     method: String,
     path: String,
     start: Instant,
+    /// The replica that served it, where the server has several.
+    replica: Option<usize>,
 }
 
 impl AccessLine {
@@ -309,13 +317,18 @@ impl AccessLine {
             method: req.method().to_string(),
             path: req.uri().path().to_string(),
             start: Instant::now(),
+            replica: None,
         }
     }
 
-    /// One line on stderr: `PEER "METHOD PATH" STATUS BYTES SECONDS`.
+    /// One line on stderr: `PEER "METHOD PATH" STATUS BYTES SECONDS`, then
+    /// `replica N` where one of several served it.
     fn write(&self, status: u16, bytes: u64) {
+        let replica = self
+            .replica
+            .map_or_else(String::new, |r| format!(" replica {r}"));
         eprintln!(
-            "smelt serve: {} \"{} {}\" {status} {bytes} {:.3}s",
+            "smelt serve: {} \"{} {}\" {status} {bytes} {:.3}s{replica}",
             self.peer,
             self.method,
             self.path.escape_debug(),

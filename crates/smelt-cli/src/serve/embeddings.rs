@@ -9,6 +9,7 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -17,7 +18,7 @@ use smelt::server::{EmbedError, EmbedRequest, SubmitError};
 
 use super::AppState;
 use super::error::ApiError;
-use super::routes::{check_model, parse};
+use super::routes::{check_model, parse, served_by};
 
 #[derive(Debug, Deserialize)]
 pub struct EmbeddingRequest {
@@ -32,7 +33,7 @@ pub struct EmbeddingRequest {
 pub async fn embeddings(
     State(state): State<Arc<AppState>>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let req: EmbeddingRequest = parse(&state, body).await?;
     check_model(&state, req.model.as_deref())?;
     let base64 = match req.encoding_format.as_deref() {
@@ -70,7 +71,7 @@ pub async fn embeddings(
         inputs,
         pooling: state.pooling,
     };
-    state
+    let replica = state
         .scheduler
         .submit_embed(request, reply)
         .map_err(|e| match e {
@@ -96,12 +97,13 @@ pub async fn embeddings(
             json!({"object": "embedding", "index": index, "embedding": embedding})
         })
         .collect();
-    Ok(Json(json!({
+    let body = Json(json!({
         "object": "list",
         "data": data,
         "model": state.model_id,
         "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens},
-    })))
+    }));
+    Ok(served_by(&state, replica, body.into_response()))
 }
 
 /// Each input's token ids: texts tokenized as prompts are (BOS as the

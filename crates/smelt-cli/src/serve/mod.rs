@@ -25,7 +25,7 @@ use axum::routing::{get, post};
 use smelt::chat::ChatTemplate;
 use smelt::grammar::Grammars;
 use smelt::model::Pooling;
-use smelt::server::Scheduler;
+use smelt::server::Replicas;
 
 pub use conn::Timeouts;
 use error::ApiError;
@@ -37,7 +37,10 @@ pub type Encode = Box<dyn Fn(&str) -> Vec<u32> + Send + Sync>;
 
 /// The model a server runs, and how text becomes its tokens and back.
 pub struct Served {
-    pub scheduler: Scheduler,
+    /// One scheduler per copy of the model (`--replicas`).
+    pub scheduler: Replicas,
+    /// Where each replica runs (`GPU 1 (NAME)`), for `/health`.
+    pub devices: Vec<String>,
     pub template: ChatTemplate,
     pub encode: Encode,
     pub token_bytes: TokenBytes,
@@ -60,7 +63,8 @@ pub struct Limits {
 
 /// What every handler shares.
 pub struct AppState {
-    pub scheduler: Scheduler,
+    pub scheduler: Replicas,
+    pub devices: Vec<String>,
     pub template: ChatTemplate,
     pub encode: Encode,
     pub token_bytes: TokenBytes,
@@ -82,6 +86,7 @@ impl AppState {
             .unwrap_or(0);
         Self {
             scheduler: served.scheduler,
+            devices: served.devices,
             template: served.template,
             encode: served.encode,
             token_bytes: served.token_bytes,
@@ -105,6 +110,11 @@ impl AppState {
         )
     }
 }
+
+/// Which replica served a request: a response extension that the access
+/// log reads, set where the server has more than one.
+#[derive(Clone, Copy, Debug)]
+pub struct ServedBy(pub usize);
 
 /// The routes. `/health` stays open; the `/v1` routes need the API key
 /// when one is set.
@@ -168,10 +178,14 @@ pub fn serve(state: AppState, addr: SocketAddr) -> anyhow::Result<()> {
         // The handlers are in place before the address is announced: a
         // signal sent by whoever read that line must find them.
         let signalled = shutdown_signal();
+        let n = state.scheduler.len();
+        let slots = match n {
+            1 => format!("{} slots", state.scheduler.n_slots()),
+            n => format!("{n} replicas × {} slots", state.scheduler.n_slots() / n),
+        };
         eprintln!(
-            "smelt serve: {} on http://{local} ({} slots × {} context)",
+            "smelt serve: {} on http://{local} ({slots} × {} context)",
             state.model_id,
-            state.scheduler.n_slots(),
             state.scheduler.n_ctx()
         );
         serve_on(listener, state, async {

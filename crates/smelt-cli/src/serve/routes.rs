@@ -22,10 +22,10 @@ use smelt::grammar::GrammarSpec;
 use smelt::server::{Event, GenRequest, Sink};
 use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
 
-use super::AppState;
 use super::api::{ChatRequest, Checked, CompletionRequest, Endpoint, check_messages};
 use super::error::ApiError;
 use super::response::{self, Meta, ToolReading};
+use super::{AppState, ServedBy};
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -108,13 +108,32 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     }))
 }
 
+/// The slots' state, all replicas together, then each replica's.
 pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
     let (active, waiting) = state.scheduler.load();
+    let slots = state.scheduler.n_slots();
+    let each = slots / state.scheduler.len();
+    let replicas: Vec<Value> = state
+        .scheduler
+        .loads()
+        .iter()
+        .zip(&state.devices)
+        .map(|(load, device)| {
+            json!({
+                "device": device,
+                "slots_idle": each - load.active.min(each),
+                "slots_processing": load.active,
+                "requests_waiting": load.waiting,
+                "requests_served": load.served,
+            })
+        })
+        .collect();
     Json(json!({
         "status": "ok",
-        "slots_idle": state.scheduler.n_slots() - active.min(state.scheduler.n_slots()),
+        "slots_idle": slots - active.min(slots),
         "slots_processing": active,
         "requests_waiting": waiting,
+        "replicas": replicas,
     }))
 }
 
@@ -216,7 +235,7 @@ async fn generate(
         logprobs: checked.logprobs,
         constraint,
     };
-    state.scheduler.submit(req, Box::new(ChannelSink(tx)))?;
+    let replica = state.scheduler.submit(req, Box::new(ChannelSink(tx)))?;
     let prefix = match endpoint {
         Endpoint::Chat => "chatcmpl",
         Endpoint::Completion => "cmpl",
@@ -230,11 +249,22 @@ async fn generate(
         tools,
     };
     let logprobs = checked.logprobs.is_some();
-    if checked.stream {
-        Ok(response::stream(meta, rx, checked.include_usage, logprobs).into_response())
+    let response = if checked.stream {
+        response::stream(meta, rx, checked.include_usage, logprobs).into_response()
     } else {
-        response::whole(meta, rx, logprobs).await
+        response::whole(meta, rx, logprobs)
+            .await
+            .unwrap_or_else(IntoResponse::into_response)
+    };
+    Ok(served_by(&state, replica, response))
+}
+
+/// Marks `response` with the replica that served it, for the access log.
+pub(super) fn served_by(state: &AppState, replica: usize, mut response: Response) -> Response {
+    if state.scheduler.len() > 1 {
+        response.extensions_mut().insert(ServedBy(replica));
     }
+    response
 }
 
 /// Events into a channel; the receiver's drop is the cancel signal.

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use smelt::server::{Engine, Row, Vocab};
+use smelt::server::{Engine, Row, Scheduler, Vocab};
 
 use super::*;
 
@@ -133,7 +133,8 @@ fn start_with(o: Options) -> TestServer {
     };
     let state = AppState::new(
         Served {
-            scheduler: Scheduler::spawn(toy, Bytes, o.queue),
+            scheduler: Scheduler::spawn(toy, Bytes, o.queue).into(),
+            devices: vec!["toy".into()],
             template: ChatTemplate::builtin("chatml").unwrap(),
             encode: Box::new(|s: &str| s.bytes().map(u32::from).collect()),
             token_bytes: Arc::new(|id| vec![id as u8]),

@@ -53,11 +53,15 @@ impl Server {
 
     /// `smelt serve -m SmolLM2 ARGS...`: nothing added but the model.
     pub fn start_with(args: &[&str]) -> Server {
-        let model = model(SMOLLM2);
+        Server::start_model(&model(SMOLLM2), args)
+    }
+
+    /// `smelt serve -m MODEL ARGS...`.
+    pub fn start_model(model: &std::path::Path, args: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_smelt"))
             .arg("serve")
             .arg("-m")
-            .arg(&model)
+            .arg(model)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -18,7 +18,9 @@
 use std::str::FromStr;
 
 use super::cpu::CpuBackend;
-use super::gpu::{AdapterReport, GpuBackend, GpuOptions, adapters, best_hardware_of};
+use super::gpu::{
+    AdapterReport, GpuBackend, GpuOptions, adapters, best_hardware_of, hardware_by_rank,
+};
 use super::split::{Placement, SplitBackend, SplitOptions};
 use super::{Backend, BackendError, Result};
 
@@ -319,6 +321,40 @@ pub fn split_adapters(indices: &[usize]) -> Result<Vec<AdapterReport>> {
             })
         })
         .collect()
+}
+
+/// The adapters of `n` replicas (`smelt serve --replicas N`): those
+/// `indices` names (`--devices`; an index may repeat, as with
+/// [`split_adapters`]), or by default the first `n` hardware GPUs, best
+/// first. Software adapters serve only when named.
+pub fn replica_adapters(n: usize, indices: &[usize]) -> Result<Vec<AdapterReport>> {
+    if !indices.is_empty() {
+        return split_adapters(indices);
+    }
+    let list: Vec<AdapterReport> = adapters().into_iter().map(|(r, _)| r).collect();
+    let hardware = hardware_by_rank(&list);
+    if hardware.len() < n {
+        let have: Vec<String> = list
+            .iter()
+            .map(|r| {
+                let kind = if r.is_hardware() { "" } else { ", software" };
+                format!("{} {}{kind}", r.index, r.name)
+            })
+            .collect();
+        let found = match (have.len(), hardware.len()) {
+            (0, _) => "no adapter was found".to_string(),
+            (_, 1) => format!("1 hardware GPU was found (adapters: {})", have.join("; ")),
+            (_, h) => format!(
+                "{h} hardware GPUs were found (adapters: {})",
+                have.join("; ")
+            ),
+        };
+        return Err(BackendError::NoAdapter(format!(
+            "--replicas {n} puts a copy of the model on each of {n} GPUs, but {found}; \
+             name the adapters with --devices (an index may repeat, to test on one adapter)"
+        )));
+    }
+    Ok(hardware.into_iter().take(n).cloned().collect())
 }
 
 /// A layer split over the adapters `indices` (one device each, opened

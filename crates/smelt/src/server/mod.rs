@@ -13,13 +13,18 @@
 //! free slot between two steps, reads its inputs' hidden states and answers
 //! with their pooled vectors.
 //!
+//! [`Replicas`] puts several copies of the model, each with its own
+//! scheduler, behind one front: a request goes to the least loaded.
+//!
 //! The scheduler sees the model through two small traits, [`Engine`] (a
 //! multi-slot session: `decode` a batch of rows, or read its `hidden`
 //! states) and [`Vocab`] (end of generation, token bytes).
 
+mod replicas;
 mod scheduler;
 mod text;
 
+pub use replicas::{ReplicaLoad, Replicas};
 pub use scheduler::{Scheduler, SubmitError};
 pub use text::{StopMatcher, StopScan, Utf8Stream};
 

@@ -231,10 +231,18 @@ pub fn best_hardware() -> Option<AdapterReport> {
 pub fn best_hardware_of<'a>(
     reports: impl IntoIterator<Item = &'a AdapterReport>,
 ) -> Option<&'a AdapterReport> {
-    reports
-        .into_iter()
-        .filter(|r| r.is_hardware())
-        .min_by_key(|r| rank(r))
+    hardware_by_rank(reports).into_iter().next()
+}
+
+/// The hardware GPUs among `reports`, best first (as [`best_hardware_of`]
+/// ranks them), in listing order within a rank.
+pub fn hardware_by_rank<'a>(
+    reports: impl IntoIterator<Item = &'a AdapterReport>,
+) -> Vec<&'a AdapterReport> {
+    let mut hardware: Vec<&AdapterReport> =
+        reports.into_iter().filter(|r| r.is_hardware()).collect();
+    hardware.sort_by_key(|r| rank(r));
+    hardware
 }
 
 impl Context {

@@ -28,7 +28,9 @@ mod pipelines;
 mod recorder;
 mod tables;
 
-pub use context::{AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of};
+pub use context::{
+    AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of, hardware_by_rank,
+};
 pub use kernels::{Kernel, ShaderFeatures, WEIGHT_TYPES};
 pub use memory::{AdapterMemory, MemorySource};
 pub use pipelines::preprocess;

@@ -181,10 +181,14 @@ fn check_fits(need: &Need, devices: &[DeviceMemory], p: &Placement) -> Result<()
                 .zip(memory)
                 .map(|(d, &m)| format!("{} {}", d.name, gib(m)))
                 .collect();
+            let (fit, have_what) = if n == 1 {
+                ("the model does not fit the device", "it has")
+            } else {
+                ("the model does not fit the devices together", "they have")
+            };
             return Err(format!(
-                "the model does not fit the devices together: it needs {} (weights, KV cache \
-                 and activations), they have {} ({}); lower --ctx or --parallel, or use a \
-                 smaller quantization",
+                "{fit}: it needs {} (weights, KV cache and activations), {have_what} {} ({}); \
+                 lower --ctx or --parallel, or use a smaller quantization",
                 gib(needed),
                 gib(have),
                 each.join(", ")
@@ -292,6 +296,12 @@ mod tests {
         .unwrap_err();
         assert!(e.contains("does not fit the devices together"), "{e}");
         assert!(e.contains("80.00 GiB") && e.contains("79.00 GiB"), "{e}");
+        // One device: the check of a single GPU before its upload.
+        let e = plan(&need(80, GIB), &devices(&[Some(79 * GIB)]), None).unwrap_err();
+        assert!(
+            e.contains("does not fit the device: ") && e.contains("it has 79.00 GiB"),
+            "{e}"
+        );
         // Fits together, but not as the override splits it.
         let d = devices(&[Some(40 * GIB), Some(40 * GIB)]);
         let e = plan(&need(64, GIB), &d, Some(&[3.0, 1.0])).unwrap_err();
