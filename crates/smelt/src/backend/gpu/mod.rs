@@ -241,7 +241,9 @@ fn writes_only_its_outputs(kernel: Kernel) -> bool {
         Kernel::MatVec(_)
             | Kernel::MatMulId(_)
             | Kernel::MatVecBlocks(
-                MatVecBlocks::MatVecMulti { .. } | MatVecBlocks::MatVecDot { .. }
+                MatVecBlocks::MatVecMulti { .. }
+                    | MatVecBlocks::MatVecDot { .. }
+                    | MatVecBlocks::MatVecDotId { .. }
             )
             | Kernel::MatMul(_)
             | Kernel::MatMulCoop(_)

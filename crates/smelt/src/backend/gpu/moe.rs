@@ -8,7 +8,9 @@ use crate::backend::{MoeParams, Op, Result, Tensor};
 
 use super::acts::{self, MatIn};
 use super::kernels::matmul_id::{self, Experts};
+use super::kernels::matvec_blocks;
 use super::kernels::moe::{self, MAX_EXPERTS, MAX_USED};
+use super::kernels::quantize::ActQuant;
 use super::{GpuBackend, limit};
 
 pub(super) fn topk_moe(
@@ -35,9 +37,9 @@ pub(super) fn topk_moe(
     be.run(moe::topk(logits, p, ids, weights, aux))
 }
 
-/// `out` row `t·K + j` = `x_row · w[ids[t, j]]ᵀ` (`Backend::matmul_id`):
-/// x rounded once as the matmuls of w's type round it in the exact mode
-/// (shared by gate and up), f32 in the fast mode.
+/// `out` row `t·K + j` = `x_row · w[ids[t, j]]ᵀ` (`Backend::matmul_id`),
+/// one dispatch after x's rounding (once per input: gate and up share
+/// it).
 pub(super) fn matmul_id(
     be: &mut GpuBackend,
     w: Tensor,
@@ -54,11 +56,17 @@ pub(super) fn matmul_id(
             w.n_bytes()
         )
     })?;
-    let input = if be.ctx.quantize_activations {
-        acts::matmul_input(be, w.dtype, x)?
+    // ggml's rounding in the exact mode; the fast mode's integer dots on
+    // Q8 blocks where `matvec_blocks` takes the type (prefill as decode:
+    // every pair is a mat-vec), else f32.
+    let f = be.ctx.features;
+    let (q, dots) = if be.ctx.quantize_activations {
+        (ActQuant::for_weight(w.dtype), false)
     } else {
-        MatIn::F32(x)
+        let dots = f.dots(w.dtype);
+        (dots.then_some(ActQuant::Q8), dots)
     };
+    let input = acts::rounded_input(be, q, x)?;
     be.acts.wrote(out);
     let e = Experts {
         w,
@@ -69,6 +77,7 @@ pub(super) fn matmul_id(
     };
     match input {
         MatIn::F32(x) => be.run(matmul_id::f32s(e, x)),
+        MatIn::Q8(q8) if dots => be.run(matvec_blocks::dot_id(e, q8, x.rows)),
         MatIn::Q8(q8) => be.run(matmul_id::q8(e, q8, x.rows)),
     }
 }

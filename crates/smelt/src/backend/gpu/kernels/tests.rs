@@ -104,6 +104,10 @@ fn moe_builders_bind_their_kernels() {
         let d = matmul_id::q8(e, q8, 3);
         assert_eq!(d.kernel, Kernel::MatMulId(MatMulId::MatVecIdQ8(w.dtype)));
         assert_eq!(d.groups, 4 * 6);
+        let d = matvec_blocks::dot_id(e, q8, 3);
+        let dot = MatVecBlocks::MatVecDotId { t: w.dtype };
+        assert_eq!(d.kernel, Kernel::MatVecBlocks(dot));
+        assert_eq!(d.bound, [w, q8[0], q8[1], out, ids]);
     }
     let logits = t(8, F32, 3, 4);
     for gating in [MoeGating::Softmax, MoeGating::SoftmaxWeight] {
