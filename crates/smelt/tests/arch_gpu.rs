@@ -255,16 +255,13 @@ fn phi3_gpu_fast() {
     check("phi3", false, FAST);
 }
 
-/// The GPU has no mixture-of-experts kernels yet: a Qwen 3 MoE model is
-/// refused at load with the op it lacks, not run wrong or panicking.
 #[test]
-fn qwen3moe_gpu_is_a_clear_error() {
-    let (runs, model) = arch::reference("qwen3moe");
-    let gguf = smelt::gguf::GgufFile::open(&model).unwrap();
-    let err = smelt::model::Model::load(&gguf, gpu(true), &mut |_, _| {})
-        .err()
-        .expect("no MoE on the GPU yet");
-    let msg = err.to_string();
-    assert!(msg.contains("TopKMoe"), "{msg}");
-    assert!(!runs.is_empty());
+fn qwen3moe_gpu_exact() {
+    check("qwen3moe", true, EXACT);
+}
+
+#[test]
+#[ignore = "fast mode is 0.53 nats from the CPU on the peaked synthetic qwen3moe, as qwen3_gpu_fast is 0.37 (the MoE ops alone agree to 1e-9: gpu_moe.rs)"]
+fn qwen3moe_gpu_fast() {
+    check("qwen3moe", false, FAST);
 }

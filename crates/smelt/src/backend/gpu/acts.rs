@@ -96,6 +96,12 @@ pub(super) fn matmul_input(be: &mut GpuBackend, w: GgmlType, x: Tensor) -> Resul
     } else {
         super::matmul::dot_decode(be, w, x).then_some(ActQuant::Q8)
     };
+    rounded_input(be, q, x)
+}
+
+/// `x` rounded as `q` says (once per input, as `matmul_input`), or `x`
+/// itself for `None`.
+pub(super) fn rounded_input(be: &mut GpuBackend, q: Option<ActQuant>, x: Tensor) -> Result<MatIn> {
     let Some(q) = q else {
         return Ok(MatIn::F32(x));
     };

@@ -3,7 +3,7 @@
 //!
 //! - kernels (`kernels/`): one family per `.wgsl` file, each with its
 //!   variants, named bindings, typed parameters and dispatch builders;
-//! - ops (this file, `matmul.rs`, `attention.rs`, `acts.rs`): the
+//! - ops (this file, `matmul.rs`, `attention.rs`, `moe.rs`, `acts.rs`): the
 //!   contract's ops, each checked, then turned into dispatches;
 //! - fusion (`pending.rs`, `fusion.rs`): an op held back and recorded with
 //!   the next one when the two fuse.
@@ -23,6 +23,7 @@ mod fusion;
 pub mod kernels;
 mod matmul;
 mod memory;
+mod moe;
 mod pending;
 mod pipelines;
 mod recorder;
@@ -37,8 +38,8 @@ pub use pipelines::preprocess;
 
 use crate::backend::check as contract;
 use crate::backend::{
-    AttentionParams, Backend, BackendError, Caps, Op, OpTime, Result, RopeParams, Stats, Tensor,
-    WeightData, WeightInput,
+    AttentionParams, Backend, BackendError, Caps, MoeParams, Op, OpTime, Result, RopeParams, Stats,
+    Tensor, WeightData, WeightInput,
 };
 use crate::quant::GgmlType::{self, F16, F32, Q4_0, Q8_0};
 
@@ -238,8 +239,11 @@ fn writes_only_its_outputs(kernel: Kernel) -> bool {
     matches!(
         kernel,
         Kernel::MatVec(_)
+            | Kernel::MatMulId(_)
             | Kernel::MatVecBlocks(
-                MatVecBlocks::MatVecMulti { .. } | MatVecBlocks::MatVecDot { .. }
+                MatVecBlocks::MatVecMulti { .. }
+                    | MatVecBlocks::MatVecDot { .. }
+                    | MatVecBlocks::MatVecDotId { .. }
             )
             | Kernel::MatMul(_)
             | Kernel::MatMulCoop(_)
@@ -281,14 +285,11 @@ impl Backend for GpuBackend {
 
     fn supports(&self, op: Op, dtype: GgmlType) -> bool {
         match op {
-            Op::GetRows | Op::MatMul => WEIGHT_TYPES.contains(&dtype),
+            Op::GetRows | Op::MatMul | Op::MatMulId => WEIGHT_TYPES.contains(&dtype),
             // Caches of ggml blocks: `kv_store` writes them, attention
             // reads them.
             Op::SetRows | Op::Attention => matches!(dtype, F32 | F16 | Q8_0 | Q4_0),
             Op::Copy => matches!(dtype, F32 | F16),
-            // Not yet kernels here: a model that needs them is refused at
-            // load (`Model::load`).
-            Op::TopKMoe | Op::MatMulId | Op::MoeSum => false,
             _ => dtype == F32,
         }
     }
@@ -550,5 +551,23 @@ impl Backend for GpuBackend {
     fn copy(&mut self, src: Tensor, dst: Tensor) -> Result<()> {
         contract::copy(src, dst)?;
         self.run(copy::copy(src, dst))
+    }
+
+    fn topk_moe(
+        &mut self,
+        logits: Tensor,
+        p: &MoeParams,
+        ids: Tensor,
+        weights: Tensor,
+    ) -> Result<()> {
+        moe::topk_moe(self, logits, p, ids, weights)
+    }
+
+    fn matmul_id(&mut self, w: Tensor, x: Tensor, ids: Tensor, out: Tensor) -> Result<()> {
+        moe::matmul_id(self, w, x, ids, out)
+    }
+
+    fn moe_sum(&mut self, experts: Tensor, weights: Tensor, out: Tensor) -> Result<()> {
+        moe::moe_sum(self, experts, weights, out)
     }
 }

@@ -81,7 +81,7 @@ impl Family for MatQ8 {
             s.def("HAS_MIN");
         }
         s.set("TT", self.tokens());
-        s.include(&[shared::QUANT, shared::EXACT, SOURCE]);
+        s.include(&[shared::QUANT, shared::EXACT, shared::Q8_LANES, SOURCE]);
     }
 }
 

@@ -10,6 +10,7 @@ use crate::backend::Tensor;
 use crate::quant::GgmlType;
 
 use super::elementwise::Elementwise;
+use super::matmul_id::Experts;
 use super::{Aux, Binding, Dispatch, Family, ShaderFeatures, Source, WG_ROW, r, rw, shared};
 
 const SOURCE: &str = include_str!("matvec_blocks.wgsl");
@@ -71,6 +72,10 @@ kernel_params! {
         pub eps: f32,
         /// GLU: 1 when act is rounded to Q8 too.
         pub round_q8: u32,
+        /// ID: pairs per row of the activations (K, or 1).
+        pub x_div: u32,
+        /// ID: experts in w's stack.
+        pub n_expert: u32,
     }
 }
 
@@ -91,6 +96,9 @@ pub const NORM_MAX_COLS: usize = 4096;
 pub enum MatVecBlocks {
     /// One weight, and with `residual` the residual add after it.
     MatVecDot { t: GgmlType, residual: bool },
+    /// The experts' mat-vecs of `matmul_id`: every (token, chosen expert)
+    /// pair's rows of a stack of experts.
+    MatVecDotId { t: GgmlType },
     /// Up to 3 weights of one input (`Backend::matmuls`); with `norm`, the
     /// rms_norm before them taken in (16 rows a workgroup).
     MatVecMulti { t: GgmlType, norm: bool },
@@ -108,6 +116,7 @@ impl MatVecBlocks {
     fn weight(self) -> GgmlType {
         match self {
             MatVecBlocks::MatVecDot { t, .. }
+            | MatVecBlocks::MatVecDotId { t }
             | MatVecBlocks::MatVecMulti { t, .. }
             | MatVecBlocks::MatVecGlu { t, .. } => t,
         }
@@ -137,6 +146,7 @@ impl Family for MatVecBlocks {
             for residual in [false, true] {
                 v.push(MatVecBlocks::MatVecDot { t, residual });
             }
+            v.push(MatVecBlocks::MatVecDotId { t });
         }
         v
     }
@@ -159,6 +169,7 @@ impl Family for MatVecBlocks {
             MatVecDot { residual: true, .. } => {
                 &const { [Q8[0], Q8[1], Q8[2], rw("out"), rw("res"), rw("sum")] }
             }
+            MatVecDotId { .. } => &const { [Q8[0], Q8[1], Q8[2], rw("out"), r("ids")] },
             MatVecMulti { norm: false, .. } => {
                 &const {
                     [
@@ -274,6 +285,7 @@ impl Family for MatVecBlocks {
                     s.def("RESID");
                 }
             }
+            MatVecBlocks::MatVecDotId { .. } => s.def("ID"),
         }
         s.include(&[shared::REDUCE]);
         if norm || matches!(self, MatVecBlocks::MatVecGlu { .. }) {
@@ -362,6 +374,33 @@ pub fn dot(
         residual: resid.is_some(),
     };
     Dispatch::new(kernel, params, &bound, (blocks * n) as u64)
+}
+
+/// `matmul_id` on Q8 activations (quants, scales, sums) of `x_rows` rows:
+/// every pair's mat-vec of its expert in one dispatch (`MatVecDotId`).
+pub fn dot_id(e: Experts, [xq, xd, _]: [Tensor; 3], x_rows: usize) -> Dispatch {
+    let (m, pairs) = (e.out.cols, e.ids.n_elements());
+    let blocks = m.div_ceil(4);
+    let params = Params {
+        m: m as u32,
+        k: e.w.cols as u32,
+        n: pairs as u32,
+        row_blocks: row_units(e.w),
+        groups_m: blocks as u32,
+        out_stride: m as u32,
+        x_div: (pairs / x_rows.max(1)) as u32,
+        n_expert: e.n_expert as u32,
+        ..Params::default()
+    };
+    let bound = [
+        ("wq", e.w),
+        ("aq", xq),
+        ("ad", xd),
+        ("out", e.out),
+        ("ids", e.ids),
+    ];
+    let kernel = MatVecBlocks::MatVecDotId { t: e.w.dtype };
+    Dispatch::new(kernel, params, &bound, (blocks * pairs) as u64)
 }
 
 /// Up to 3 repacked decode mat-vecs of one input `x` for `n` tokens in

@@ -33,6 +33,10 @@
 // mat-vec in the same dispatch (`Pending::MatVec`), sum = res + out; sum
 // may be res, or out.
 //
+// ID (matmul_id.wgsl's decode in the f32 mode): pair p = t·K + j of the
+// n = tokens × K pairs, of its expert ids[p], whose rows are rows
+// ids[p]·m.. of w's stack, on activation row p / x_div; out is (n, m).
+//
 // NORM (with MULTI or GLU, f32 mode): the rms_norm before the mat-vec
 // taken in (`Pending::Norm`, `GpuBackend::norm_for_matvec`) instead of
 // its Q8 activations: each workgroup normalises its token's row of `nx`
@@ -58,6 +62,8 @@ struct Params {
     groups2: u32,    // its row groups (0: no third weight)
     eps: f32,        // NORM: the norm's eps
     round_q8: u32,   // GLU: 1 rounds act to Q8
+    x_div: u32,      // ID: pairs per token row of the activations (K or 1)
+    n_expert: u32,   // ID: experts in w's stack
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
@@ -84,6 +90,9 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> xq: array<u32>;     // (n, m / 4) act's Q8 quants
 @group(0) @binding(9) var<storage, read_write> xd: array<f32>;     // (n, m / 32) f16(d), widened
 @group(0) @binding(10) var<storage, read_write> xs: array<f32>;    // (n, m / 32) f16(d · Σq), widened
+#endif
+#ifdef ID
+@group(0) @binding(5) var<storage, read> ids: array<i32>;          // (n) expert of each pair
 #endif
 #ifdef RESID
 @group(0) @binding(5) var<storage, read_write> res: array<f32>;    // (n, m)
@@ -401,6 +410,32 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #ifdef RESID
                 sum[o] = res[o] + total[r];
 #endif
+            }
+        }
+    }
+}
+#endif
+
+#ifdef ID
+@compute @workgroup_size({{WG}})
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let g = wg_index(wid, nwg);
+    let m = P.m;
+    let blocks = P.groups_m;
+    if (g >= blocks * P.n) {
+        return;
+    }
+    let r0 = (g % blocks) * NR;
+    let p = g / blocks;
+    let nb = P.row_blocks;
+    // Clamped: a kernel cannot refuse an id, and must not read outside w.
+    let e = u32(clamp(ids[p], 0, i32(P.n_expert) - 1));
+    let rb = firsts(r0, m, nb) + vec4<u32>(e * m * nb);
+    let total = wg_sum4(sweep(0u, rb, nb, (p / P.x_div) * (P.k / 32u), ln.lid, RED_WG), ln);
+    if (ln.lid == 0u) {
+        for (var r = 0u; r < NR; r++) {
+            if (r0 + r < m) {
+                out[p * m + r0 + r] = total[r];
             }
         }
     }

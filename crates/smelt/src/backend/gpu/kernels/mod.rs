@@ -13,7 +13,7 @@
 //! WGSL has no preprocessor, so variants come from a small one
 //! (`pipelines::preprocess`): `#ifdef`/`#ifndef`/`#else`/`#endif` lines and
 //! `{{NAME}}` values. The shared files (`common`, `reduce`, `quant`,
-//! `exact`, `rotate`) are included by the families that use them.
+//! `exact`, `rotate`, `q8_lanes`) are included by the families that use them.
 
 use crate::backend::Tensor;
 use crate::quant::GgmlType;
@@ -122,9 +122,11 @@ pub mod get_rows;
 pub mod kv_store;
 pub mod matmul;
 pub mod matmul_coop;
+pub mod matmul_id;
 pub mod matmul_q8;
 pub mod matvec;
 pub mod matvec_blocks;
+pub mod moe;
 pub mod norm;
 pub mod norm_half;
 pub mod quantize;
@@ -139,6 +141,8 @@ families! {
     MatMul(matmul::MatMul),
     MatQ8(matmul_q8::MatQ8),
     MatMulCoop(matmul_coop::MatMulCoop),
+    MatMulId(matmul_id::MatMulId),
+    Moe(moe::MoeKernel),
     SplitSums(split_sums::SplitSums),
     Norm(norm::Norm),
     NormHalf(norm_half::AddRmsNormHalf),
@@ -357,6 +361,8 @@ pub mod shared {
     pub const EXACT: &str = include_str!("exact.wgsl");
     /// RoPE's rotation of a pair.
     pub const ROTATE: &str = include_str!("rotate.wgsl");
+    /// Legacy-quant blocks as ggml's integer lanes (after QUANT).
+    pub const Q8_LANES: &str = include_str!("q8_lanes.wgsl");
 }
 
 /// A kernel's WGSL as it is put together: the embedded files in order and

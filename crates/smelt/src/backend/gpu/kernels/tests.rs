@@ -74,6 +74,57 @@ fn matmul_builders_bind_their_kernels() {
 }
 
 #[test]
+fn moe_builders_bind_their_kernels() {
+    use super::matmul_id::{Experts, MatMulId};
+    use super::moe::MoeKernel;
+    use crate::backend::{MoeGating, MoeParams};
+    // 4 experts of 64 × 256, 3 tokens of 2 experts each.
+    let (x, ids, out) = (
+        t(2, F32, 3, 256),
+        t(3, GgmlType::I32, 3, 2),
+        t(4, F32, 6, 64),
+    );
+    let q8 = [
+        t(5, GgmlType::I32, 1, 192),
+        t(6, F32, 1, 24),
+        t(7, F32, 1, 24),
+    ];
+    for w in [t(1, Q4_0, 256, 256), t(1, GgmlType::Q4_1, 256, 256)] {
+        let e = Experts {
+            w,
+            row_bytes: 144,
+            n_expert: 4,
+            ids,
+            out,
+        };
+        let d = matmul_id::f32s(e, x);
+        assert_eq!(d.kernel, Kernel::MatMulId(MatMulId::MatVecId(w.dtype)));
+        assert_eq!(d.bound, [w, x, ids, out]);
+        assert_eq!(d.groups, 16 * 6);
+        let d = matmul_id::q8(e, q8, 3);
+        assert_eq!(d.kernel, Kernel::MatMulId(MatMulId::MatVecIdQ8(w.dtype)));
+        assert_eq!(d.groups, 4 * 6);
+        let d = matvec_blocks::dot_id(e, q8, 3);
+        let dot = MatVecBlocks::MatVecDotId { t: w.dtype };
+        assert_eq!(d.kernel, Kernel::MatVecBlocks(dot));
+        assert_eq!(d.bound, [w, q8[0], q8[1], out, ids]);
+    }
+    let logits = t(8, F32, 3, 4);
+    for gating in [MoeGating::Softmax, MoeGating::SoftmaxWeight] {
+        let p = MoeParams {
+            k: 2,
+            gating,
+            normalize: true,
+        };
+        let d = moe::topk(logits, &p, ids, t(9, F32, 3, 2), aux());
+        assert_eq!(d.kernel, Kernel::Moe(MoeKernel::TopK(gating)));
+        assert_eq!(d.groups, 3);
+    }
+    let d = moe::sum(out, t(9, F32, 3, 2), t(10, F32, 3, 64));
+    assert_eq!(d.kernel, Kernel::Moe(MoeKernel::Sum));
+}
+
+#[test]
 fn coop_builders_bind_their_kernels() {
     let (w, half, out) = (
         t(1, Q4_0, 4096, 4096),
