@@ -17,6 +17,10 @@ mod gemm8;
 mod gemmk;
 mod kdot;
 mod kdot_avx2;
+// AVX-512 intrinsics are stable since Rust 1.89 (the toolchain in use);
+// the workspace's `rust-version` still says 1.87.
+#[clippy::msrv = "1.89"]
+mod kdot_avx512;
 pub mod kv_blocks;
 mod matmul;
 pub mod pool;
@@ -60,7 +64,7 @@ impl CpuOptions {
     }
 
     /// [`CpuOptions::best`] changed by the environment: `SMELT_CPU_EXACT=1`
-    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`) for that
+    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`, `avx512`) for that
     /// instruction set's kernels, to compare them or to test one.
     pub fn from_env(threads: usize) -> Result<Self> {
         let mut o = Self::best(threads);
@@ -69,7 +73,8 @@ impl CpuOptions {
             let name = name.to_string_lossy();
             o.isa = Isa::from_name(&name).ok_or_else(|| {
                 BackendError::Other(format!(
-                    "SMELT_CPU_ISA={name}: not an instruction set (avx2, baseline)"
+                    "SMELT_CPU_ISA={name}: not an instruction set ({})",
+                    Isa::names()
                 ))
             })?;
         }
