@@ -30,6 +30,8 @@ mod q8k;
 pub mod reference;
 mod simd;
 mod store;
+#[clippy::msrv = "1.89"]
+mod vnni;
 
 use super::{
     AttentionParams, Backend, BackendError, Caps, MoeParams, Op, Result, RopeParams, Tensor,
