@@ -362,6 +362,36 @@ fn gelu_table() -> &'static [u16] {
 mod tests {
     use super::*;
 
+    /// Every ISA's name round-trips, `available` is best first and ends
+    /// with the baseline, and asking for an ISA the CPU lacks is a clear
+    /// error, not an illegal instruction.
+    #[test]
+    fn isa_names_and_availability() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+        }
+        assert_eq!(Isa::from_name("avx512vnni"), None);
+        let available = Isa::available();
+        assert_eq!(available.last(), Some(&Isa::Baseline));
+        assert_eq!(available[0], Isa::detect());
+        let rank = |i: &Isa| Isa::ALL.iter().position(|a| a == i);
+        assert!(available.windows(2).all(|w| rank(&w[0]) < rank(&w[1])));
+        for isa in Isa::ALL {
+            let options = crate::backend::cpu::CpuOptions {
+                isa,
+                ..crate::backend::cpu::CpuOptions::best(1)
+            };
+            match crate::backend::cpu::CpuBackend::with_options(&options) {
+                Ok(_) => assert!(available.contains(&isa), "{isa:?}"),
+                Err(e) => {
+                    assert!(!available.contains(&isa), "{isa:?}: {e}");
+                    let msg = e.to_string();
+                    assert!(msg.contains(isa.name()), "{msg}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn exp_matches_libm() {
         let mut worst = 0f64;
