@@ -84,10 +84,13 @@ pub(super) unsafe fn dots_in_gemmk_order_of<S: BlockSet, const C: usize>(
             GgmlType::Q3_K => gemmk_order::<S::Q3K, C>(x, ws),
             GgmlType::Q4_K => gemmk_order::<S::Q4K, C>(x, ws),
             GgmlType::Q5_K => gemmk_order::<S::Q5K, C>(x, ws),
-            // Q6_K's 4-row body spills AVX2's registers: two rows at a time.
+            // Q6_K's 4-row body spills AVX2's registers: two rows at a
+            // time. No closure around the kernel: it would be compiled
+            // without the entry point's instruction set.
             _ if C == 4 => {
-                let pair = |a: usize| gemmk_order::<S::Q6K, 2>(x, [ws[a], ws[a + 1]]);
-                let (lo, hi) = (pair(0), pair(2));
+                let w = |a: usize| ws[a];
+                let lo = gemmk_order::<S::Q6K, 2>(x, [w(0), w(1)]);
+                let hi = gemmk_order::<S::Q6K, 2>(x, [w(2), w(3)]);
                 std::array::from_fn(|c| if c < 2 { lo[c] } else { hi[c - 2] })
             }
             _ => gemmk_order::<S::Q6K, C>(x, ws),

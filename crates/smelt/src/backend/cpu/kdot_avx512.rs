@@ -85,6 +85,13 @@ unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }
 
+/// Every byte of the low 256 bits `lo`, of the high ones `hi`.
+#[inline(always)]
+unsafe fn bytes2(lo: u8, hi: u8) -> __m512i {
+    // SAFETY: compiled with AVX-512 F (the caller's promise).
+    unsafe { join(_mm256_set1_epi8(lo as i8), _mm256_set1_epi8(hi as i8)) }
+}
+
 /// i16 lane `t` of the result is lane `first + t / (32 / n)` of `v`: `n`
 /// scales, each spread over an equal run of the 32 lanes.
 #[inline(always)]
@@ -95,11 +102,13 @@ unsafe fn spread(v: __m512i, first: i16, n: i16) -> __m512i {
     unsafe { _mm512_permutexvar_epi16(_mm512_loadu_si512(idx.as_ptr().cast()), v) }
 }
 
-/// Q4_K's and Q5_K's sums: chunk pair `j` (values `64j..64j+64`, their
-/// low nibbles then high nibbles) made by `values(j)`, the scales spread
-/// over its two chunks, the minimums as AVX2 takes them.
+/// Q4_K's (`FIVE` false) and Q5_K's sums: chunk pair `j` (values
+/// `64j..64j+64`, their low nibbles then high nibbles, Q5_K's fifth bits
+/// added), the scales spread over its two chunks, the minimums as AVX2
+/// takes them. Plain code, no closures: a closure would be compiled
+/// without the entry point's instruction set.
 #[inline(always)]
-unsafe fn sums_k4(blk: *const u8, x: Q8KRow, i: usize, values: impl Fn(usize) -> __m512i) -> Sums {
+unsafe fn sums_k4<const FIVE: bool>(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
     // SAFETY (all reads below): super-block i of the block and the row
     // (the caller's promise); compiled with AVX-512.
     unsafe {
@@ -109,10 +118,26 @@ unsafe fn sums_k4(blk: *const u8, x: Q8KRow, i: usize, values: impl Fn(usize) ->
             _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(sm.as_ptr().cast())));
         let (_, mins) = avx2::scales_and_mins(blk);
         let b32 = _mm_loadu_si128(x.bsums32.as_ptr().add(8 * i).cast());
+        // Q5_K's fifth bits (32 bytes), in both halves.
+        let high = if FIVE {
+            let hbits = load(blk.add(16));
+            join(hbits, hbits)
+        } else {
+            _mm512_setzero_si512()
+        };
+        let qs_at = if FIVE { 48 } else { 16 };
         let mut s = _mm512_setzero_si512();
         for j in 0..4 {
+            let mut q = nibbles(blk.add(qs_at + 32 * j));
+            if FIVE {
+                // Bit 2j of the low chunk's bytes, 2j + 1 of the high
+                // chunk's: 16 where set.
+                let bit = bytes2(1 << (2 * j), 1 << (2 * j + 1));
+                let set = _mm512_test_epi8_mask(high, bit);
+                q = _mm512_or_si512(q, _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(16)));
+            }
             let sc = spread(scales, 2 * j as i16, 2);
-            s = scaled(s, values(j), xq.add(64 * j), sc);
+            s = scaled(s, q, xq.add(64 * j), sc);
         }
         Sums {
             s: fold(s),
@@ -140,8 +165,8 @@ impl Block for Q4K {
 
     #[inline(always)]
     unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
-        // SAFETY: as the caller promises; every load is inside the block.
-        unsafe { sums_k4(blk, x, i, |j| nibbles(blk.add(16 + 32 * j))) }
+        // SAFETY: as the caller promises.
+        unsafe { sums_k4::<false>(blk, x, i) }
     }
 }
 
@@ -153,22 +178,8 @@ impl Block for Q5K {
 
     #[inline(always)]
     unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums {
-        // SAFETY: as the caller promises; every load is inside the block.
-        unsafe {
-            let hbits = load(blk.add(16));
-            let high = join(hbits, hbits);
-            sums_k4(blk, x, i, |j| {
-                // The fifth bit of each value: bit 2j of the low chunk's
-                // bytes, 2j + 1 of the high chunk's; 16 where set.
-                let bit = join(
-                    _mm256_set1_epi8(1 << (2 * j)),
-                    _mm256_set1_epi8(1 << (2 * j + 1)),
-                );
-                let set = _mm512_test_epi8_mask(high, bit);
-                let low = nibbles(blk.add(48 + 32 * j));
-                _mm512_or_si512(low, _mm512_maskz_mov_epi8(set, _mm512_set1_epi8(16)))
-            })
-        }
+        // SAFETY: as the caller promises.
+        unsafe { sums_k4::<true>(blk, x, i) }
     }
 }
 
@@ -192,9 +203,7 @@ impl Block for Q6K {
             let scales = _mm512_castsi256_si512(all);
             // Per chunk pair (values of ql's low nibbles, then high): the
             // two high bits' mask in qh and their shift to bits 4..6.
-            let pair =
-                |lo: u8, hi: u8| join(_mm256_set1_epi8(lo as i8), _mm256_set1_epi8(hi as i8));
-            let masks = [pair(3, 12), pair(48, 192)];
+            let masks = [bytes2(3, 12), bytes2(48, 192)];
             let up = join(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
             let down = join(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
             let mut s = _mm512_setzero_si512();
