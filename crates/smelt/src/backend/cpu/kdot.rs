@@ -29,8 +29,9 @@
 //! - Q6_K: q in 0..64 less `32·(sc[2l]·b16[2l] + sc[2l+1]·b16[2l+1])` per lane.
 //!
 //! The portable functions here compute lane by lane what the AVX2 ones
-//! ([`super::kdot_avx2`]) and the AVX-512 ones ([`super::kdot_avx512`])
-//! compute a vector at a time; tests hold them to the same bits.
+//! ([`super::kdot_avx2`]) compute a vector at a time; tests hold them to
+//! the same bits. The AVX-512 entry points take the AVX2 ones: decode is
+//! bound by memory, and 512-bit K-quant dots measured slower.
 //!
 //! Legend: `nb = k/256` super-blocks per row.
 
@@ -50,13 +51,6 @@ pub fn has_path(dtype: GgmlType) -> bool {
 #[inline(always)]
 pub fn dots<M: Madd, const C: usize>(dtype: GgmlType, x: Q8KRow, ws: [&[u8]; C]) -> [f32; C] {
     check_rows(dtype, x, &ws);
-    #[cfg(target_arch = "x86_64")]
-    if M::AVX512 {
-        // SAFETY: `M::AVX512` holds only inside the AVX-512 entry points,
-        // which run after the CPU reported every feature `kdot_avx512` is
-        // compiled with; the lengths are checked above.
-        return std::array::from_fn(|c| unsafe { super::kdot_avx512::dot(dtype, x, ws[c]) });
-    }
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
@@ -79,13 +73,6 @@ pub fn dots_in_gemmk_order<M: Madd, const C: usize>(
     ws: [&[u8]; C],
 ) -> [f32; C] {
     check_rows(dtype, x, &ws);
-    #[cfg(target_arch = "x86_64")]
-    if M::AVX512 {
-        // SAFETY: `M::AVX512` holds only inside the AVX-512 entry points,
-        // which run after the CPU reported every feature `kdot_avx512` is
-        // compiled with; the lengths are checked above.
-        return unsafe { super::kdot_avx512::dots_in_gemmk_order(dtype, x, ws) };
-    }
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which

@@ -17,10 +17,6 @@ mod gemm8;
 mod gemmk;
 mod kdot;
 mod kdot_avx2;
-// AVX-512 intrinsics are stable since Rust 1.89 (the toolchain in use);
-// the workspace's `rust-version` still says 1.87.
-#[clippy::msrv = "1.89"]
-mod kdot_avx512;
 pub mod kv_blocks;
 mod matmul;
 pub mod pool;
