@@ -190,6 +190,21 @@ pub fn group<M: Madd>(
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
+    if M::AVX512 {
+        use avx2::{Q4_0, Q5_0, Q5_1, Q8_0, group_vnni as run};
+        // SAFETY: `M::AVX512` holds only inside the AVX-512 entry points,
+        // which run after the CPU reported AVX2, FMA, F16C and AVX-512 F,
+        // BW, VL and VNNI.
+        return unsafe {
+            match dtype {
+                GgmlType::Q4_0 => run::<Q4_0>(w, g, x, k, rows, out),
+                GgmlType::Q5_0 => run::<Q5_0>(w, g, x, k, rows, out),
+                GgmlType::Q5_1 => run::<Q5_1>(w, g, x, k, rows, out),
+                _ => run::<Q8_0>(w, g, x, k, rows, out),
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         use avx2::{Q4_0, Q5_0, Q5_1, Q8_0, group as run};
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
@@ -370,12 +385,48 @@ pub(super) mod avx2 {
     pub const Q5_1: u8 = 3;
     pub const Q8_0: u8 = 4;
 
-    /// [`super::group`]: the rows 4 at a time ([`rows`]), then one at a time.
+    /// [`super::group`]: the rows 4 at a time ([`rows_of`]), then one at a
+    /// time.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn group<const T: u8>(
+        w: &Interleaved,
+        g: usize,
+        x: &Q8Acts,
+        k: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { group_of::<T, false>(w, g, x, k, rows, out) }
+    }
+
+    /// [`group`] with the integer dot products on AVX-512 VNNI's
+    /// `vpdpbusd` (256 bits wide).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and AVX-512 F, BW, VL and VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn group_vnni<const T: u8>(
+        w: &Interleaved,
+        g: usize,
+        x: &Q8Acts,
+        k: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { group_of::<T, true>(w, g, x, k, rows, out) }
+    }
+
+    /// [`group`]'s body, inlined into the entry point's instruction set.
+    ///
+    /// # Safety
+    /// As [`group`]'s, with AVX-512 VNNI too where `VNNI`.
+    #[inline(always)]
+    unsafe fn group_of<const T: u8, const VNNI: bool>(
         w: &Interleaved,
         g: usize,
         x: &Q8Acts,
@@ -409,10 +460,11 @@ pub(super) mod avx2 {
             let o = out.as_mut_ptr().wrapping_add((i - rows.start) * ROWS);
             // SAFETY: rows i.. < rows.end and their outputs, as asserted.
             if rows.end - i >= 4 {
-                unsafe { rows_of::<4, T>(w, g, [row(i), row(i + 1), row(i + 2), row(i + 3)], o) };
+                let xs = [row(i), row(i + 1), row(i + 2), row(i + 3)];
+                unsafe { rows_of::<4, T, VNNI>(w, g, xs, o) };
                 i += 4;
             } else {
-                unsafe { rows_of::<1, T>(w, g, [row(i)], o) };
+                unsafe { rows_of::<1, T, VNNI>(w, g, [row(i)], o) };
                 i += 1;
             }
         }
@@ -437,13 +489,15 @@ pub(super) mod avx2 {
     /// sign onto x (|w| ≤ 128, |x| ≤ 127: a pair is at most 32512) and adds
     /// in i32. Then one conversion, one multiply of the scales, one `fma`
     /// for the 8 outputs, and one more `fma` for Q5_1's minimums. The `P`
-    /// rows' 8 outputs go to `out`, row after row.
+    /// rows' 8 outputs go to `out`, row after row. With `VNNI` one
+    /// `vpdpbusd` a word sums each row's 4 products straight into i32: the
+    /// same integers, with no i16 runs.
     ///
     /// # Safety
     /// The rows hold group `g`'s `nb` blocks and `out` `P · 8` floats;
-    /// compiled with AVX2 and FMA.
+    /// compiled with AVX2 and FMA, and AVX-512 VL and VNNI where `VNNI`.
     #[inline(always)]
-    unsafe fn rows_of<const P: usize, const T: u8>(
+    unsafe fn rows_of<const P: usize, const T: u8, const VNNI: bool>(
         w: &Interleaved,
         g: usize,
         xs: [XPtr; P],
@@ -459,7 +513,8 @@ pub(super) mod avx2 {
         let wm = w.m.as_ptr().wrapping_add(g * nb * ROWS);
         // SAFETY (the whole body): every read is inside group g's block b <
         // nb or an activation row's block b, as the caller promises; loads
-        // need no alignment.
+        // need no alignment. The VNNI instruction runs only where `VNNI`,
+        // which the caller sets only in an entry point compiled with it.
         unsafe {
             let ones = _mm256_set1_epi16(1);
             let mut acc = [_mm256_setzero_ps(); P];
@@ -472,6 +527,15 @@ pub(super) mod avx2 {
                     for p in 0..P {
                         let x4 = xs[p].qs.add(b * QK8 + 4 * t).cast::<i32>().read_unaligned();
                         let xv = _mm256_set1_epi32(x4);
+                        if VNNI {
+                            let (qa, xv) = if T == Q8_0 {
+                                (qa, _mm256_sign_epi8(xv, q))
+                            } else {
+                                (q, xv)
+                            };
+                            sums[p] = crate::backend::cpu::vnni::dpbusd(sums[p], qa, xv);
+                            continue;
+                        }
                         if T == Q8_0 {
                             let pairs = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(xv, q));
                             let l = _mm256_madd_epi16(pairs, ones);
@@ -532,7 +596,7 @@ mod tests {
     /// padding groups included.
     #[test]
     fn avx2_unpacking_matches_the_portable_one() {
-        if Isa::detect() != Isa::Avx2 {
+        if !Isa::available().contains(&Isa::Avx2) {
             return;
         }
         for dtype in crate::backend::cpu::q8::tests::TYPES {

@@ -283,6 +283,21 @@ pub fn group<M: Madd>(
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
+    if M::AVX512 {
+        let shape = w.shape.expect("unpacked");
+        use avx2::group_vnni as run;
+        // SAFETY: `M::AVX512` holds only inside the AVX-512 entry points,
+        // which run after the CPU reported AVX2, FMA, F16C and AVX-512 F,
+        // BW, VL and VNNI.
+        return unsafe {
+            match (shape.sub, shape.fold) {
+                (16, false) => run::<16, false>(w, g, x, k, rows, out),
+                (16, true) => run::<16, true>(w, g, x, k, rows, out),
+                _ => run::<32, false>(w, g, x, k, rows, out),
+            }
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         let shape = w.shape.expect("unpacked");
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
@@ -407,6 +422,42 @@ mod avx2 {
         rows: Range<usize>,
         out: &mut [f32],
     ) {
+        // SAFETY: as the caller promises.
+        unsafe { group_of::<SUB, SPAN, FOLD, false>(w, g, x, k, rows, out) }
+    }
+
+    /// [`group`] with the integer dot products on AVX-512 VNNI's
+    /// `vpdpbusd` (256 bits wide): a sub-block's products summed in i32,
+    /// so no i16 runs (`SPAN`).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and AVX-512 F, BW, VL and VNNI.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub unsafe fn group_vnni<const SUB: usize, const FOLD: bool>(
+        w: &KInterleaved,
+        g: usize,
+        x: &Q8KActs,
+        k: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
+        // SAFETY: as the caller promises.
+        unsafe { group_of::<SUB, 1, FOLD, true>(w, g, x, k, rows, out) }
+    }
+
+    /// [`group`]'s body, inlined into the entry point's instruction set.
+    ///
+    /// # Safety
+    /// As [`group`]'s, with AVX-512 VNNI too where `VNNI`.
+    #[inline(always)]
+    unsafe fn group_of<const SUB: usize, const SPAN: usize, const FOLD: bool, const VNNI: bool>(
+        w: &KInterleaved,
+        g: usize,
+        x: &Q8KActs,
+        k: usize,
+        rows: Range<usize>,
+        out: &mut [f32],
+    ) {
         let nb = w.nb;
         let subs = QK_K / SUB;
         let blocks = w.groups * nb;
@@ -441,10 +492,10 @@ mod avx2 {
             // SAFETY: rows i.. < rows.end and their outputs, as asserted.
             if rows.end - i >= 4 {
                 let xs = [row(i), row(i + 1), row(i + 2), row(i + 3)];
-                unsafe { rows_of::<4, SUB, SPAN, FOLD>(w, g, xs, o) };
+                unsafe { rows_of::<4, SUB, SPAN, FOLD, VNNI>(w, g, xs, o) };
                 i += 4;
             } else {
-                unsafe { rows_of::<1, SUB, SPAN, FOLD>(w, g, [row(i)], o) };
+                unsafe { rows_of::<1, SUB, SPAN, FOLD, VNNI>(w, g, [row(i)], o) };
                 i += 1;
             }
         }
@@ -466,13 +517,22 @@ mod avx2 {
     /// in i16 for `SPAN` words, then `madd` with the sub-block's scales
     /// into `S`; then one conversion and `fma` per activation row (two
     /// where `dmin` is not `d`). The `P` rows' 8 outputs go to `out`, row
-    /// after row.
+    /// after row. With `VNNI`, one `vpdpbusd` a word sums each row's 4
+    /// products into i32 for the whole sub-block, then one `mullo` by its
+    /// scales: the same integers.
     ///
     /// # Safety
     /// The rows hold group `g`'s `nb` super-blocks and `out` `P · 8`
-    /// floats; compiled with AVX2 and FMA.
+    /// floats; compiled with AVX2 and FMA, and AVX-512 VL and VNNI where
+    /// `VNNI`.
     #[inline(always)]
-    unsafe fn rows_of<const P: usize, const SUB: usize, const SPAN: usize, const FOLD: bool>(
+    unsafe fn rows_of<
+        const P: usize,
+        const SUB: usize,
+        const SPAN: usize,
+        const FOLD: bool,
+        const VNNI: bool,
+    >(
         w: &KInterleaved,
         g: usize,
         xs: [XPtr; P],
@@ -486,7 +546,8 @@ mod avx2 {
             let base = g * nb + b;
             // SAFETY (every read below): super-block `base` of the asserted
             // arrays, and block b < nb of each activation row; loadu and
-            // read_unaligned need no alignment.
+            // read_unaligned need no alignment. The VNNI instruction runs
+            // only where `VNNI`, set only in an entry point compiled with it.
             unsafe {
                 let wq = w.qs.as_ptr().add(base * WORDS * ROWS);
                 let wsc = w.scales.as_ptr().add(base * subs * ROWS);
@@ -518,6 +579,27 @@ mod avx2 {
                 let xq: [*const i8; P] = std::array::from_fn(|p| xs[p].qs.add(QK_K * b));
                 for j in 0..subs {
                     let sc = _mm256_loadu_si256(wsc.add(j * ROWS).cast());
+                    if VNNI {
+                        // Each row's scale is in both i16 halves of its i32.
+                        let sc32 = _mm256_srai_epi32::<16>(sc);
+                        let mut run = [_mm256_setzero_si256(); P];
+                        for t in 0..SUB / 4 {
+                            let word = j * SUB / 4 + t;
+                            let q = _mm256_loadu_si256(wq.add(word * ROWS).cast());
+                            for p in 0..P {
+                                let x4 = xq[p].add(4 * word).cast::<i32>().read_unaligned();
+                                run[p] = crate::backend::cpu::vnni::dpbusd(
+                                    run[p],
+                                    q,
+                                    _mm256_set1_epi32(x4),
+                                );
+                            }
+                        }
+                        for p in 0..P {
+                            s[p] = _mm256_add_epi32(s[p], _mm256_mullo_epi32(run[p], sc32));
+                        }
+                        continue;
+                    }
                     for r in 0..SUB / 4 / SPAN {
                         let mut run = [_mm256_setzero_si256(); P];
                         for t in 0..SPAN {
@@ -553,118 +635,4 @@ mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use super::*;
-    use crate::backend::cpu::kdot::tests::{TYPES, acts, exact_dot, weights};
-    use crate::backend::cpu::matmul::{Inputs, Scratch, matmul};
-    use crate::backend::cpu::pool::ThreadPool;
-    use crate::backend::cpu::q8k::Q8KActs;
-    use crate::backend::cpu::simd::{Avx2Fma, Isa, Unfused};
-
-    /// The AVX2 unpacking gives the value-at-a-time one's words, scales
-    /// and minimums, padding rows included.
-    #[test]
-    fn avx2_unpacking_matches_the_portable_one() {
-        if Isa::detect() != Isa::Avx2 {
-            return;
-        }
-        for dtype in TYPES {
-            let (rows, nb) = (21, 2);
-            let w = weights(dtype, rows, nb * QK_K, 5);
-            let mut want = KInterleaved::default();
-            want.unpack::<Unfused>(dtype, &w, nb);
-            let mut got = KInterleaved::default();
-            got.unpack::<Avx2Fma>(dtype, &w, nb);
-            assert_eq!(got.groups, 3);
-            assert_eq!(got.qs, want.qs, "{dtype:?} values");
-            assert_eq!(
-                (&got.scales, &got.mins, &got.d, &got.dmin),
-                (&want.scales, &want.mins, &want.d, &want.dmin),
-                "{dtype:?} scales"
-            );
-        }
-    }
-
-    /// Every K-quant matmul (decode, the interleaved GEMM, ggml's order in
-    /// the exact mode), on each instruction set, gives every output its
-    /// exact sum over the Q8_K activations to within f32 rounding
-    /// (relative 1e-5 of the terms' magnitudes): on shapes with partial
-    /// groups of 8 weight rows, partial items and partial 4-row steps of
-    /// activations, 1 to 5 super-blocks. The tolerance is tight enough to
-    /// see one quant off by one.
-    #[test]
-    fn k_matmuls_match_the_exact_sums() {
-        const TOL: f64 = 1e-5;
-        let mut pool = ThreadPool::new(2).unwrap();
-        let scratch: Vec<Mutex<Scratch>> = (0..2).map(|_| Mutex::default()).collect();
-        let mut worst_err = 0f64;
-        for (t, dtype) in TYPES.into_iter().enumerate() {
-            for (m, n, nb) in [
-                (13, 7, 1),
-                (21, 259, 2),
-                (8, 5, 3),
-                (3, 1, 1),
-                (17, 2, 2),
-                (9, 17, 1),
-                // 5 and 3 super-blocks (k a multiple of 256 only), one
-                // row against 4, and 66 rows (a partial 4-row step).
-                (11, 3, 5),
-                (1, 1, 4),
-                (29, 66, 3),
-            ] {
-                let k = nb * QK_K;
-                let seed = 11 * t as u64 + (m * n + k) as u64;
-                let w = weights(dtype, m, k, seed);
-                let rb = w.len() / m;
-                let x = acts(n, k, seed + 1);
-                for isa in Isa::available() {
-                    let mut qa = Q8KActs::default();
-                    qa.quantize(isa, &x);
-                    let want: Vec<(f64, f64)> = (0..n * m)
-                        .map(|o| exact_dot(dtype, &w[o % m * rb..][..rb], qa.row(o / m, k)))
-                        .collect();
-                    for exact in [false, true] {
-                        let mut out = vec![f32::NAN; n * m];
-                        let inputs = Inputs {
-                            f32: &x,
-                            q8: None,
-                            q8k: Some(&qa),
-                        };
-                        matmul(
-                            &mut pool, isa, exact, &scratch, &w, dtype, k, n, inputs, &mut out,
-                        )
-                        .unwrap();
-                        for (o, (&got, &(want, scale))) in out.iter().zip(&want).enumerate() {
-                            let err = (f64::from(got) - want).abs();
-                            worst_err = worst_err.max(err / (TOL * scale));
-                            assert!(
-                                err <= TOL * scale,
-                                "{dtype:?} {isa:?} {m}×{k} · {n} rows, exact {exact}: output {o} = {got}, want {want} (scale {scale:e})"
-                            );
-                        }
-                    }
-                    // One quant one step off (where its sub-block's scale
-                    // is not 0) moves some output by more than the
-                    // tolerance, in rows of up to 3 super-blocks (in longer
-                    // ones a step is a smaller share of the terms' sizes).
-                    if nb > 3 {
-                        continue;
-                    }
-                    let moved = (20..60)
-                        .flat_map(|at| (0..n).map(move |i| (at, i)))
-                        .map(|(at, i)| {
-                            let mut w1 = w[..rb].to_vec();
-                            w1[at] ^= 1;
-                            let (a, scale) = exact_dot(dtype, &w1, qa.row(i, k));
-                            (a - want[i * m].0).abs() / (TOL * scale)
-                        })
-                        .fold(0f64, f64::max);
-                    assert!(moved > 1.0, "{dtype:?}: tolerance too loose ({moved})");
-                }
-            }
-        }
-        eprintln!("largest error: {worst_err:.3} of the tolerance");
-    }
-}
+mod tests;

@@ -29,8 +29,9 @@
 //! - Q6_K: q in 0..64 less `32·(sc[2l]·b16[2l] + sc[2l+1]·b16[2l+1])` per lane.
 //!
 //! The portable functions here compute lane by lane what the AVX2 ones
-//! ([`super::kdot_avx2`]) compute a vector at a time; tests hold them to the
-//! same bits.
+//! ([`super::kdot_avx2`]) compute a vector at a time; tests hold them to
+//! the same bits. The AVX-512 entry points take the AVX2 ones: decode is
+//! bound by memory, and 512-bit K-quant dots measured slower.
 //!
 //! Legend: `nb = k/256` super-blocks per row.
 
@@ -409,7 +410,7 @@ pub(super) mod tests {
                         );
                         for isa in Isa::available() {
                             let got = dots_on(isa, dtype, x, [row])[0];
-                            if isa == Isa::Avx2 {
+                            if isa != Isa::Baseline {
                                 assert_eq!(got.to_bits(), portable.to_bits(), "{dtype:?} {isa:?}");
                             }
                             let err = (f64::from(got) - want).abs();
@@ -421,19 +422,27 @@ pub(super) mod tests {
         }
     }
 
-    /// On AVX2, [`dots_in_gemmk_order`] gives every pair the bits
-    /// [`gemmk::group`] gives it, 4 weight rows at a time and one: each
-    /// type, 1 and 3 super-blocks, weight rows past a group of 8, and
+    /// On AVX2 and AVX-512, [`dots_in_gemmk_order`] gives every pair the
+    /// bits [`gemmk::group`] gives it, 4 weight rows at a time and one:
+    /// each type, 1 and 3 super-blocks, weight rows past a group of 8, and
     /// activation rows that gemmk takes 4 at a time and one.
     ///
     /// [`gemmk::group`]: super::super::gemmk::group
     #[test]
     fn gemmk_order_gives_gemmks_bits() {
-        use crate::backend::cpu::gemmk::{self, KInterleaved};
-        use crate::backend::cpu::simd::Avx2Fma;
-        if Isa::detect() != Isa::Avx2 {
-            return;
+        use crate::backend::cpu::simd::{Avx2Fma, Avx512Vnni};
+        if Isa::available().contains(&Isa::Avx2) {
+            gemmk_order_case::<Avx2Fma>();
         }
+        if Isa::available().contains(&Isa::Avx512Vnni) {
+            gemmk_order_case::<Avx512Vnni>();
+        }
+    }
+
+    /// [`gemmk_order_gives_gemmks_bits`] with `M`'s kernels.
+    fn gemmk_order_case<M: Madd>() {
+        use crate::backend::cpu::gemmk::{self, KInterleaved};
+        let isa = std::any::type_name::<M>();
         let (m, n) = (11, 5);
         for (t, dtype) in TYPES.into_iter().enumerate() {
             for k in [QK_K, 3 * QK_K] {
@@ -444,10 +453,10 @@ pub(super) mod tests {
                 let mut qa = Q8KActs::default();
                 qa.quantize(Isa::Avx2, &acts(n, k, seed + 1));
                 let mut kw = KInterleaved::default();
-                kw.unpack::<Avx2Fma>(dtype, &w, k / QK_K);
+                kw.unpack::<M>(dtype, &w, k / QK_K);
                 let mut want = vec![f32::NAN; kw.groups * n * gemmk::ROWS];
                 for (g, out) in want.chunks_exact_mut(n * gemmk::ROWS).enumerate() {
-                    gemmk::group::<Avx2Fma>(&kw, g, &qa, k, 0..n, out);
+                    gemmk::group::<M>(&kw, g, &qa, k, 0..n, out);
                 }
                 // gemmk's output of activation row i, weight row j.
                 let want = |i: usize, j: usize| {
@@ -457,16 +466,16 @@ pub(super) mod tests {
                 for i in 0..n {
                     let x = qa.row(i, k);
                     for j in 0..m {
-                        let one = dots_in_gemmk_order::<Avx2Fma, 1>(dtype, x, [row(j)])[0];
+                        let one = dots_in_gemmk_order::<M, 1>(dtype, x, [row(j)])[0];
                         assert_eq!(
                             one.to_bits(),
                             want(i, j).to_bits(),
-                            "{dtype:?} k {k} row {i}·{j}: {one} vs gemmk's {}",
+                            "{isa} {dtype:?} k {k} row {i}·{j}: {one} vs gemmk's {}",
                             want(i, j)
                         );
                     }
                     for j in (0..m - 3).step_by(4) {
-                        let four = dots_in_gemmk_order::<Avx2Fma, 4>(
+                        let four = dots_in_gemmk_order::<M, 4>(
                             dtype,
                             x,
                             [row(j), row(j + 1), row(j + 2), row(j + 3)],
@@ -475,7 +484,7 @@ pub(super) mod tests {
                             assert_eq!(
                                 got.to_bits(),
                                 want(i, j + c).to_bits(),
-                                "{dtype:?} k {k} row {i}·{}, 4 at a time",
+                                "{isa} {dtype:?} k {k} row {i}·{}, 4 at a time",
                                 j + c
                             );
                         }

@@ -22,13 +22,24 @@ use crate::quant::GgmlType;
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn dot(dtype: GgmlType, x: Q8KRow, w: &[u8]) -> f32 {
     // SAFETY: as the caller promises.
+    unsafe { dot_of::<Avx2Blocks>(dtype, x, w) }
+}
+
+/// [`dot`] with the super-blocks of `S`, inlined into the caller's
+/// instruction set.
+///
+/// # Safety
+/// As [`dot`]'s, and the CPU has what `S`'s blocks are compiled for.
+#[inline(always)]
+pub(super) unsafe fn dot_of<S: BlockSet>(dtype: GgmlType, x: Q8KRow, w: &[u8]) -> f32 {
+    // SAFETY: as the caller promises.
     unsafe {
         match dtype {
-            GgmlType::Q2_K => dot_q2_k(w, x),
-            GgmlType::Q3_K => dot_folded::<Q3K>(w, x),
-            GgmlType::Q4_K => dot_q4_k(w, x),
-            GgmlType::Q5_K => dot_q5_k(w, x),
-            _ => dot_folded::<Q6K>(w, x),
+            GgmlType::Q2_K => dot_q2_k::<S::Q2K>(w, x),
+            GgmlType::Q3_K => dot_folded::<S::Q3K>(w, x),
+            GgmlType::Q4_K => dot_q4_k::<S::Q4K>(w, x),
+            GgmlType::Q5_K => dot_q5_k::<S::Q5K>(w, x),
+            _ => dot_folded::<S::Q6K>(w, x),
         }
     }
 }
@@ -51,25 +62,44 @@ pub unsafe fn dots_in_gemmk_order<const C: usize>(
     ws: [&[u8]; C],
 ) -> [f32; C] {
     // SAFETY: as the caller promises.
+    unsafe { dots_in_gemmk_order_of::<Avx2Blocks, C>(dtype, x, ws) }
+}
+
+/// [`dots_in_gemmk_order`] with the super-blocks of `S`, inlined into the
+/// caller's instruction set.
+///
+/// # Safety
+/// As [`dots_in_gemmk_order`]'s, and the CPU has what `S`'s blocks are
+/// compiled for.
+#[inline(always)]
+pub(super) unsafe fn dots_in_gemmk_order_of<S: BlockSet, const C: usize>(
+    dtype: GgmlType,
+    x: Q8KRow,
+    ws: [&[u8]; C],
+) -> [f32; C] {
+    // SAFETY: as the caller promises.
     unsafe {
         match dtype {
-            GgmlType::Q2_K => gemmk_order::<Q2K, C>(x, ws),
-            GgmlType::Q3_K => gemmk_order::<Q3K, C>(x, ws),
-            GgmlType::Q4_K => gemmk_order::<Q4K, C>(x, ws),
-            GgmlType::Q5_K => gemmk_order::<Q5K, C>(x, ws),
-            // Q6_K's 4-row body spills its registers: two rows at a time.
+            GgmlType::Q2_K => gemmk_order::<S::Q2K, C>(x, ws),
+            GgmlType::Q3_K => gemmk_order::<S::Q3K, C>(x, ws),
+            GgmlType::Q4_K => gemmk_order::<S::Q4K, C>(x, ws),
+            GgmlType::Q5_K => gemmk_order::<S::Q5K, C>(x, ws),
+            // Q6_K's 4-row body spills AVX2's registers: two rows at a
+            // time. No closure around the kernel: it would be compiled
+            // without the entry point's instruction set.
             _ if C == 4 => {
-                let pair = |a: usize| gemmk_order::<Q6K, 2>(x, [ws[a], ws[a + 1]]);
-                let (lo, hi) = (pair(0), pair(2));
+                let w = |a: usize| ws[a];
+                let lo = gemmk_order::<S::Q6K, 2>(x, [w(0), w(1)]);
+                let hi = gemmk_order::<S::Q6K, 2>(x, [w(2), w(3)]);
                 std::array::from_fn(|c| if c < 2 { lo[c] } else { hi[c - 2] })
             }
-            _ => gemmk_order::<Q6K, C>(x, ws),
+            _ => gemmk_order::<S::Q6K, C>(x, ws),
         }
     }
 }
 
 #[inline(always)]
-unsafe fn load(p: *const u8) -> __m256i {
+pub(super) unsafe fn load(p: *const u8) -> __m256i {
     // SAFETY: the caller reads 32 bytes inside its blocks; loadu needs no
     // alignment.
     unsafe { _mm256_loadu_si256(p.cast()) }
@@ -150,13 +180,13 @@ unsafe fn twice(v: __m128i) -> __m256i {
 /// off: gemmk's `S − M`), `m` the minimums' products `Σ mm·b` (Q2_K in 8
 /// lanes, Q4_K and Q5_K in the low 4, zeros for Q3_K and Q6_K).
 #[derive(Clone, Copy)]
-struct Sums {
-    s: __m256i,
-    m: __m256i,
+pub(super) struct Sums {
+    pub s: __m256i,
+    pub m: __m256i,
 }
 
 /// One K-quant type's super-block, for the loops of both orders.
-trait Block {
+pub(super) trait Block {
     /// Bytes per super-block.
     const SIZE: usize;
     /// Whether `s` already holds `S − M` (the minimum is `d`'s).
@@ -172,11 +202,31 @@ trait Block {
     unsafe fn sums(blk: *const u8, x: Q8KRow, i: usize) -> Sums;
 }
 
-struct Q2K;
-struct Q3K;
-struct Q4K;
-struct Q5K;
-struct Q6K;
+/// The super-blocks of each type one instruction set computes.
+pub(super) trait BlockSet {
+    type Q2K: Block;
+    type Q3K: Block;
+    type Q4K: Block;
+    type Q5K: Block;
+    type Q6K: Block;
+}
+
+/// AVX2's super-blocks.
+pub(super) struct Avx2Blocks;
+
+impl BlockSet for Avx2Blocks {
+    type Q2K = Q2K;
+    type Q3K = Q3K;
+    type Q4K = Q4K;
+    type Q5K = Q5K;
+    type Q6K = Q6K;
+}
+
+pub(super) struct Q2K;
+pub(super) struct Q3K;
+pub(super) struct Q4K;
+pub(super) struct Q5K;
+pub(super) struct Q6K;
 
 impl Block for Q2K {
     const SIZE: usize = 84;
@@ -270,7 +320,7 @@ impl Block for Q3K {
 
 /// Q4_K's and Q5_K's scales (i16 in both halves) and minimums (i16).
 #[inline(always)]
-unsafe fn scales_and_mins(blk: *const u8) -> (__m256i, __m128i) {
+pub(super) unsafe fn scales_and_mins(blk: *const u8) -> (__m256i, __m128i) {
     // SAFETY: the block's 12 bytes of scales at 4..16.
     let sm = scales_k4(unsafe { std::slice::from_raw_parts(blk.add(4), 12) });
     // SAFETY: compiled with AVX2; 16 readable bytes.
@@ -424,18 +474,19 @@ impl Block for Q6K {
 
 // ggml's order: the lanes scaled and summed in f32, per type.
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q2_k(w: &[u8], x: Q8KRow) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+#[inline(always)]
+unsafe fn dot_q2_k<B: Block>(w: &[u8], x: Q8KRow) -> f32 {
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    let mut acc = unsafe { _mm256_setzero_ps() };
     for i in 0..x.d.len() {
         // SAFETY (all block and row reads below): super-block i < nb of
         // rows that hold nb (the caller's promise).
         unsafe {
-            let blk = w.as_ptr().add(Q2K::SIZE * i);
+            let blk = w.as_ptr().add(B::SIZE * i);
             let xd = *x.d.get_unchecked(i);
-            let d = xd * f16_at(blk.add(Q2K::D_AT));
-            let dmin = -xd * f16_at(blk.add(Q2K::DMIN_AT));
-            let v = Q2K::sums(blk, x, i);
+            let d = xd * f16_at(blk.add(B::D_AT));
+            let dmin = -xd * f16_at(blk.add(B::DMIN_AT));
+            let v = B::sums(blk, x, i);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(v.m), acc);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
         }
@@ -463,19 +514,21 @@ unsafe fn dot_folded<B: Block>(w: &[u8], x: Q8KRow) -> f32 {
     unsafe { hsum8(acc) }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_k(w: &[u8], x: Q8KRow) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+#[inline(always)]
+unsafe fn dot_q4_k<B: Block>(w: &[u8], x: Q8KRow) -> f32 {
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    let mut acc = unsafe { _mm256_setzero_ps() };
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    let mut acc_m = unsafe { _mm_setzero_ps() };
     for i in 0..x.d.len() {
         // SAFETY (all block and row reads below): super-block i < nb of
         // rows that hold nb (the caller's promise).
         unsafe {
-            let blk = w.as_ptr().add(Q4K::SIZE * i);
+            let blk = w.as_ptr().add(B::SIZE * i);
             let xd = *x.d.get_unchecked(i);
-            let d = xd * f16_at(blk.add(Q4K::D_AT));
-            let dmin = -xd * f16_at(blk.add(Q4K::DMIN_AT));
-            let v = Q4K::sums(blk, x, i);
+            let d = xd * f16_at(blk.add(B::D_AT));
+            let dmin = -xd * f16_at(blk.add(B::DMIN_AT));
+            let v = B::sums(blk, x, i);
             let m = _mm_cvtepi32_ps(_mm256_castsi256_si128(v.m));
             acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), m, acc_m);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
@@ -488,19 +541,20 @@ unsafe fn dot_q4_k(w: &[u8], x: Q8KRow) -> f32 {
     unsafe { hsum8(acc) + ((m[0] + m[2]) + (m[1] + m[3])) }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q5_k(w: &[u8], x: Q8KRow) -> f32 {
-    let mut acc = _mm256_setzero_ps();
+#[inline(always)]
+unsafe fn dot_q5_k<B: Block>(w: &[u8], x: Q8KRow) -> f32 {
+    // SAFETY: compiled with AVX2 (the caller's promise).
+    let mut acc = unsafe { _mm256_setzero_ps() };
     let mut summs = 0f32;
     for i in 0..x.d.len() {
         // SAFETY (all block and row reads below): super-block i < nb of
         // rows that hold nb (the caller's promise).
         unsafe {
-            let blk = w.as_ptr().add(Q5K::SIZE * i);
+            let blk = w.as_ptr().add(B::SIZE * i);
             let xd = *x.d.get_unchecked(i);
-            let d = xd * f16_at(blk.add(Q5K::D_AT));
-            let dmin = -xd * f16_at(blk.add(Q5K::DMIN_AT));
-            let v = Q5K::sums(blk, x, i);
+            let d = xd * f16_at(blk.add(B::D_AT));
+            let dmin = -xd * f16_at(blk.add(B::DMIN_AT));
+            let v = B::sums(blk, x, i);
             summs = dmin.mul_add(hsum_i32(v.m) as f32, summs);
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(v.s), acc);
         }

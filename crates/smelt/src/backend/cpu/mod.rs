@@ -26,6 +26,8 @@ mod q8k;
 pub mod reference;
 mod simd;
 mod store;
+#[clippy::msrv = "1.89"]
+mod vnni;
 
 use super::{
     AttentionParams, Backend, BackendError, Caps, MoeParams, Op, Result, RopeParams, Tensor,
@@ -60,7 +62,7 @@ impl CpuOptions {
     }
 
     /// [`CpuOptions::best`] changed by the environment: `SMELT_CPU_EXACT=1`
-    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`) for that
+    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`, `avx512`) for that
     /// instruction set's kernels, to compare them or to test one.
     pub fn from_env(threads: usize) -> Result<Self> {
         let mut o = Self::best(threads);
@@ -69,7 +71,8 @@ impl CpuOptions {
             let name = name.to_string_lossy();
             o.isa = Isa::from_name(&name).ok_or_else(|| {
                 BackendError::Other(format!(
-                    "SMELT_CPU_ISA={name}: not an instruction set (avx2, baseline)"
+                    "SMELT_CPU_ISA={name}: not an instruction set ({})",
+                    Isa::names()
                 ))
             })?;
         }

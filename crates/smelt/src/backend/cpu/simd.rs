@@ -3,16 +3,20 @@
 //!
 //! Kernels are plain Rust written so that LLVM vectorizes them (fixed-size
 //! lane arrays, no data-dependent branches). Each is generic over [`Madd`]
-//! and compiled twice: once inside a `#[target_feature(enable = "avx2,fma,
-//! f16c")]` entry point, chosen at run time when the CPU has those, and once
-//! for the baseline target. [`Isa::detect`] makes that choice once per
-//! backend.
+//! and compiled three times: inside a `#[target_feature]` entry point for
+//! AVX-512 with VNNI and one for AVX2 (each chosen at run time when the CPU
+//! has those), and once for the baseline target. [`Isa::detect`] makes that
+//! choice once per backend.
 
 /// Vector lanes the kernels are written for: one AVX register of f32.
 pub const LANES: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isa {
+    /// x86-64 with AVX-512 F, BW, VL and VNNI besides AVX2, FMA and F16C,
+    /// detected at run time: the AVX2 kernels, with the integer dot
+    /// products on `vpdpbusd`/`vpdpwssd` and 512-bit vectors.
+    Avx512Vnni,
     /// x86-64 with AVX2, FMA and F16C, detected at run time.
     Avx2,
     /// Whatever the compile target guarantees (SSE2 on x86-64, NEON with
@@ -21,31 +25,48 @@ pub enum Isa {
 }
 
 impl Isa {
+    /// Every instruction set, best first.
+    const ALL: [Isa; 3] = [Isa::Avx512Vnni, Isa::Avx2, Isa::Baseline];
+
     /// The best instruction set this CPU has.
     pub fn detect() -> Isa {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma")
-            && std::arch::is_x86_feature_detected!("f16c")
-        {
-            return Isa::Avx2;
-        }
-        Isa::Baseline
+        Isa::available()[0]
     }
 
     /// Every instruction set this CPU can run the kernels of, best first:
     /// a test runs each, with the better ones forced off.
     pub fn available() -> Vec<Isa> {
-        let mut all = vec![Isa::Baseline];
-        if Isa::detect() == Isa::Avx2 {
-            all.insert(0, Isa::Avx2);
-        }
-        all
+        Isa::ALL.into_iter().filter(|i| i.supported()).collect()
     }
 
-    /// The name `SMELT_CPU_ISA` takes: `avx2` or `baseline`.
+    /// Whether this CPU has every feature the ISA's kernels are compiled
+    /// with.
+    fn supported(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx2 = has!("avx2") && has!("fma") && has!("f16c");
+            match self {
+                Isa::Avx512Vnni => {
+                    avx2 && has!("avx512f")
+                        && has!("avx512bw")
+                        && has!("avx512vl")
+                        && has!("avx512vnni")
+                }
+                Isa::Avx2 => avx2,
+                Isa::Baseline => true,
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Baseline
+        }
+    }
+
+    /// The name `SMELT_CPU_ISA` takes: `avx512`, `avx2` or `baseline`.
     pub fn name(self) -> &'static str {
         match self {
+            Isa::Avx512Vnni => "avx512",
             Isa::Avx2 => "avx2",
             Isa::Baseline => "baseline",
         }
@@ -53,9 +74,12 @@ impl Isa {
 
     /// The instruction set of [`Isa::name`] `name`.
     pub fn from_name(name: &str) -> Option<Isa> {
-        [Isa::Avx2, Isa::Baseline]
-            .into_iter()
-            .find(|i| i.name() == name)
+        Isa::ALL.into_iter().find(|i| i.name() == name)
+    }
+
+    /// Every name [`Isa::from_name`] takes, for error messages.
+    pub fn names() -> String {
+        Isa::ALL.map(Isa::name).join(", ")
     }
 }
 
@@ -63,9 +87,13 @@ impl Isa {
 /// hardware is a slow library call, so the baseline x86 build multiplies
 /// and adds instead.
 pub trait Madd {
-    /// Set only on the type of the AVX2 entry points, so a kernel may call
-    /// hand-written AVX2 code: the CPU was checked before that type is used.
+    /// Set only on the types of the AVX2 and AVX-512 entry points, so a
+    /// kernel may call hand-written AVX2 code: the CPU was checked before
+    /// that type is used.
     const AVX2: bool = false;
+    /// Set only on the type of the AVX-512 entry points, so a kernel may
+    /// call hand-written AVX-512 (F, BW, VL, VNNI) code.
+    const AVX512: bool = false;
     fn madd(a: f32, b: f32, c: f32) -> f32;
 
     /// Rounds each value to the nearest f16 (ties to even), as storing to
@@ -84,6 +112,8 @@ pub struct Fused;
 pub struct Unfused;
 /// Fused multiply-add inside the AVX2 entry points of [`multiversion`].
 pub struct Avx2Fma;
+/// Fused multiply-add inside the AVX-512 entry points of [`multiversion`].
+pub struct Avx512Vnni;
 
 impl Madd for Fused {
     #[inline(always)]
@@ -126,6 +156,20 @@ impl Madd for Avx2Fma {
     }
 }
 
+impl Madd for Avx512Vnni {
+    const AVX2: bool = true;
+    const AVX512: bool = true;
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+
+    #[inline(always)]
+    fn round_to_f16(v: &mut [f32]) {
+        Avx2Fma::round_to_f16(v);
+    }
+}
+
 impl Madd for Unfused {
     #[inline(always)]
     fn madd(a: f32, b: f32, c: f32) -> f32 {
@@ -140,9 +184,9 @@ pub type BaselineMadd = Fused;
 pub type BaselineMadd = Unfused;
 
 /// Defines `$name(isa, args)`, which runs `$generic::<M>(args)` with the
-/// best [`Madd`] for `isa`: on AVX2 machines through a `#[target_feature]`
-/// entry point, into which the `#[inline(always)]` generic kernel is
-/// compiled with AVX2, FMA and F16C.
+/// best [`Madd`] for `isa`: on AVX2 and AVX-512 machines through a
+/// `#[target_feature]` entry point, into which the `#[inline(always)]`
+/// generic kernel is compiled with that ISA's features.
 macro_rules! multiversion {
     ($vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? = $generic:ident;) => {
         $vis fn $name(isa: $crate::backend::cpu::simd::Isa, $($arg: $ty),*) $(-> $ret)? {
@@ -151,7 +195,17 @@ macro_rules! multiversion {
             fn avx2($($arg: $ty),*) $(-> $ret)? {
                 $generic::<$crate::backend::cpu::simd::Avx2Fma>($($arg),*)
             }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            fn avx512($($arg: $ty),*) $(-> $ret)? {
+                $generic::<$crate::backend::cpu::simd::Avx512Vnni>($($arg),*)
+            }
             match isa {
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: `Isa::Avx512Vnni` is only made by `Isa::detect`
+                // or `Isa::available`, after the CPU reported every feature
+                // `avx512` is compiled with.
+                $crate::backend::cpu::simd::Isa::Avx512Vnni => unsafe { avx512($($arg),*) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Isa::Avx2` is only made by `Isa::detect`, after
                 // the CPU reported AVX2, FMA and F16C.
@@ -307,6 +361,36 @@ fn gelu_table() -> &'static [u16] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every ISA's name round-trips, `available` is best first and ends
+    /// with the baseline, and asking for an ISA the CPU lacks is a clear
+    /// error, not an illegal instruction.
+    #[test]
+    fn isa_names_and_availability() {
+        for isa in Isa::ALL {
+            assert_eq!(Isa::from_name(isa.name()), Some(isa));
+        }
+        assert_eq!(Isa::from_name("avx512vnni"), None);
+        let available = Isa::available();
+        assert_eq!(available.last(), Some(&Isa::Baseline));
+        assert_eq!(available[0], Isa::detect());
+        let rank = |i: &Isa| Isa::ALL.iter().position(|a| a == i);
+        assert!(available.windows(2).all(|w| rank(&w[0]) < rank(&w[1])));
+        for isa in Isa::ALL {
+            let options = crate::backend::cpu::CpuOptions {
+                isa,
+                ..crate::backend::cpu::CpuOptions::best(1)
+            };
+            match crate::backend::cpu::CpuBackend::with_options(&options) {
+                Ok(_) => assert!(available.contains(&isa), "{isa:?}"),
+                Err(e) => {
+                    assert!(!available.contains(&isa), "{isa:?}: {e}");
+                    let msg = e.to_string();
+                    assert!(msg.contains(isa.name()), "{msg}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn exp_matches_libm() {

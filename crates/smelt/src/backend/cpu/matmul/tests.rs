@@ -189,24 +189,30 @@ fn q8_rows_are_batch_invariant() {
     }
 }
 
-/// In the fast mode on AVX2, each K-quant output row gets the same bits
-/// whether its activation row is multiplied alone or among others:
-/// decode items (1 or 2 rows, [`kdot::dots_in_gemmk_order`]) and the
-/// GEMM's items ([`gemmk`]) sum in one order. Batches of 2 to 9 rows, and
-/// two past `X_BLOCK` whose last items hold 1 and 2 rows.
+/// In the fast mode on AVX2 and AVX-512, each K-quant output row gets the
+/// same bits whether its activation row is multiplied alone or among
+/// others: decode items (1 or 2 rows, [`kdot::dots_in_gemmk_order`]) and
+/// the GEMM's items ([`gemmk`]) sum in one order. Batches of 2 to 9 rows,
+/// and two past `X_BLOCK` whose last items hold 1 and 2 rows.
 #[test]
 fn k_quant_rows_are_batch_invariant() {
-    use crate::backend::cpu::kdot::tests::{TYPES, acts, weights};
-    if Isa::detect() != Isa::Avx2 {
-        return;
+    for isa in Isa::available() {
+        if isa != Isa::Baseline {
+            k_quant_batch_case(isa);
+        }
     }
+}
+
+/// [`k_quant_rows_are_batch_invariant`] on `isa`.
+fn k_quant_batch_case(isa: Isa) {
+    use crate::backend::cpu::kdot::tests::{TYPES, acts, weights};
     let mut pool = ThreadPool::new(2).unwrap();
     let scratch: Vec<Mutex<Scratch>> = (0..2).map(|_| Mutex::default()).collect();
     let (m, k) = (37, 2 * QK_K);
     let mut run = |w: &[u8], dtype: GgmlType, x: &[f32]| {
         let n = x.len() / k;
         let mut qa = Q8KActs::default();
-        qa.quantize(Isa::Avx2, x);
+        qa.quantize(isa, x);
         let mut out = vec![f32::NAN; n * m];
         let inputs = Inputs {
             f32: x,
@@ -214,16 +220,7 @@ fn k_quant_rows_are_batch_invariant() {
             q8k: Some(&qa),
         };
         matmul(
-            &mut pool,
-            Isa::Avx2,
-            false,
-            &scratch,
-            w,
-            dtype,
-            k,
-            n,
-            inputs,
-            &mut out,
+            &mut pool, isa, false, &scratch, w, dtype, k, n, inputs, &mut out,
         )
         .unwrap();
         out
@@ -240,7 +237,7 @@ fn k_quant_rows_are_batch_invariant() {
                     assert_eq!(
                         g.to_bits(),
                         a.to_bits(),
-                        "{dtype:?}, {n} rows: output {i}·{j} = {g}, alone {a}"
+                        "{isa:?} {dtype:?}, {n} rows: output {i}·{j} = {g}, alone {a}"
                     );
                 }
             }
