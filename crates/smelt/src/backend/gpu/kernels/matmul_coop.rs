@@ -190,7 +190,9 @@ pub enum CoopTile {
     /// 32 rows × 128 tokens on 4 subgroups: a matmul of few wide tiles,
     /// which would leave multiprocessors idle (the K and V projections).
     Slim,
-    /// 128 rows × 32 tokens: a short batch, which 128 tokens would pad.
+    /// 32 rows × 32 tokens on 2 subgroups: a short batch, which 128
+    /// tokens would pad; small tiles, so that even a 2048-row matmul
+    /// fills the multiprocessors.
     Short,
     /// 128 rows × 256 tokens on 16 subgroups: a matmul of many rows and
     /// tokens (the FFN's gate and up), where the adapter's workgroup
@@ -316,7 +318,7 @@ impl CoopShape {
             (8, _) => (2, 2, 4, 4),
             (_, CoopTile::Wide) => (2, 4, 2, 2),
             (_, CoopTile::Slim) => (1, 4, 2, 2),
-            (_, CoopTile::Short) => (4, 1, 2, 2),
+            (_, CoopTile::Short) => (2, 1, 1, 2),
             (_, CoopTile::Huge | CoopTile::HugeSplit) => (4, 4, 2, 4),
         };
         CoopShape { sr, st, fm, fn_ }
