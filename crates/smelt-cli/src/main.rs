@@ -3,6 +3,7 @@
 mod cmd;
 mod engine;
 mod hub;
+mod model_file;
 mod replicas;
 mod serve;
 

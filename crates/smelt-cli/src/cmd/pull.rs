@@ -2,8 +2,8 @@
 //! Face-style hub into the model cache and prints its path (see
 //! `crate::hub`).
 
-use crate::engine::model_cache;
 use crate::hub::{Hub, Wanted};
+use crate::model_file::model_cache;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -33,7 +33,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let path = crate::engine::model_path(args.model.as_deref())?;
+    let path = crate::model_file::model_path(args.model.as_deref())?;
     let file = crate::engine::open_gguf(&path)?;
     let tokenizer = Tokenizer::from_gguf(&file)
         .with_context(|| format!("no usable tokenizer in {}", path.display()))?;
