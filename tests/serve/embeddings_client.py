@@ -19,22 +19,11 @@ import math
 import struct
 import sys
 
-try:
-    import openai
-except ImportError:
-    sys.exit("embeddings_client.py needs the openai package: pip install -r scripts/requirements-test.txt")
+from checks import Checks, openai_client, require_openai
 
-passed = 0
-failed = 0
+openai = require_openai("embeddings_client.py")
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}", file=sys.stderr)
+check = Checks()
 
 
 def cosine(a, b):
@@ -57,7 +46,7 @@ def error_of(call):
 
 def main():
     base_url, reference_path = sys.argv[1:3]
-    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    client = openai_client(openai, base_url, timeout=120)
     model = client.models.list().data[0].id
     ref = json.load(open(reference_path, encoding="utf-8"))
     texts, expected = ref["texts"], ref["mean"]
@@ -118,8 +107,7 @@ def main():
     c = client.completions.create(model=model, prompt="The capital of France is", max_tokens=3, temperature=0)
     check("completion after", len(c.choices[0].text) > 0, c)
 
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 if __name__ == "__main__":

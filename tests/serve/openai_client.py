@@ -24,31 +24,20 @@ import os
 import subprocess
 import sys
 
-try:
-    import openai
-except ImportError:
-    sys.exit("openai_client.py needs the openai package: pip install -r scripts/requirements-test.txt")
+from checks import Checks, openai_client, require_openai
+
+openai = require_openai("openai_client.py")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 import render_chat_template  # noqa: E402
 
-passed = 0
-failed = 0
-
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}", file=sys.stderr)
+check = Checks()
 
 
 def main():
     base_url, model_path, reference_path, smelt = sys.argv[1:5]
-    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", timeout=120, max_retries=0)
+    client = openai_client(openai, base_url, timeout=120)
 
     models = client.models.list().data
     check("models", len(models) == 1, models)
@@ -139,8 +128,7 @@ def main():
     except openai.BadRequestError as e:
         check("bad temperature raises", e.status_code == 400 and "temperature" in str(e), e)
 
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 def run_logprobs(smelt, model_path, prompt, n):

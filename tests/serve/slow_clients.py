@@ -27,18 +27,9 @@ import threading
 import time
 import urllib.parse
 
-passed = 0
-failed = 0
+from checks import Checks
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f"ok   {name}: {detail}")
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}")
+check = Checks(show_passes=True)
 
 
 def stream(base, prompt, max_tokens, results, i):
@@ -135,8 +126,7 @@ def main():
               f"{len(times)}/{want} closed, the last after {latest:.1f} s (timeout {limit} s)")
     for s, _ in socks:
         s.close()
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 if __name__ == "__main__":

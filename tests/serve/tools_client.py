@@ -16,22 +16,11 @@ text, not as a call.
 import json
 import sys
 
-try:
-    import openai
-except ImportError:
-    sys.exit("tools_client.py needs the openai package: pip install -r scripts/requirements-test.txt")
+from checks import Checks, openai_client, require_openai
 
-passed = 0
-failed = 0
+openai = require_openai("tools_client.py")
 
-
-def check(name, ok, detail=""):
-    global passed, failed
-    if ok:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL {name}: {detail}", file=sys.stderr)
+check = Checks()
 
 
 TOOLS = [{
@@ -121,7 +110,7 @@ def round_trip(client, model, stream, banned):
 def main():
     base_url = sys.argv[1]
     banned = [int(t) for t in sys.argv[2].split(",")] if len(sys.argv) > 2 else []
-    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", timeout=300, max_retries=0)
+    client = openai_client(openai, base_url, timeout=300)
     model = client.models.list().data[0].id
     for stream in (False, True):
         round_trip(client, model, stream, banned)
@@ -131,8 +120,7 @@ def main():
         check("unknown tool_choice raises", False)
     except openai.BadRequestError as e:
         check("unknown tool_choice raises", "tool_choice" in str(e), e)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    check.finish()
 
 
 if __name__ == "__main__":
