@@ -39,7 +39,7 @@ impl Family for MatVec {
         s.weights(t, f.repacks(t), f.shader_f16 && t == GgmlType::F16, false);
         s.wg = WG;
         s.def("REDUCE4");
-        s.include(&[shared::QUANT, shared::REDUCE, SOURCE]);
+        s.include(&[shared::QUANT, shared::REDUCE, shared::MATVEC_ROWS, SOURCE]);
     }
 }
 

@@ -45,24 +45,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     for (var i = 0u; i < NR; i++) {
         rb[i] = min(r0 + i, m - 1u) * row_bytes;
     }
-    var acc = vec4<f32>(0.0);
-    for (var i = ln.lid; i < k / 8u; i += RED_WG) {
-        let o = xb + i * 8u;
-        let xa = x4(o);
-        let xc = x4(o + 4u);
-        for (var r = 0u; r < NR; r++) {
-            let v = dq8(rb[r], i);
-            acc[r] += dot(v.a, xa) + dot(v.b, xc);
-        }
-    }
-#ifdef PLAIN
-    for (var c = (k / 8u) * 8u + ln.lid; c < k; c += RED_WG) {
-        for (var r = 0u; r < NR; r++) {
-            acc[r] += dq1(rb[r], c) * x[xb + c];
-        }
-    }
-#endif
-    let total = wg_sum4(acc, ln);
+    let total = sweep_rows(rb, xb, k, ln);
     if (ln.lid == 0u) {
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {

@@ -361,6 +361,9 @@ pub mod shared {
     pub const EXACT: &str = include_str!("exact.wgsl");
     /// RoPE's rotation of a pair.
     pub const ROTATE: &str = include_str!("rotate.wgsl");
+    /// A mat-vec workgroup's sweep over its weight rows (after QUANT and
+    /// REDUCE).
+    pub const MATVEC_ROWS: &str = include_str!("matvec_rows.wgsl");
     /// Legacy-quant blocks as ggml's integer lanes (after QUANT).
     pub const Q8_LANES: &str = include_str!("q8_lanes.wgsl");
 }
