@@ -34,20 +34,26 @@ fn session(model: &str, n_outputs: usize, opts: &GpuOptions) -> Session {
 #[test]
 fn smollm2_on_gpu_agrees_with_llama_cpp_teacher_forced() {
     let mut s = session(common::SMOLLM2, 64, &GpuOptions::default());
-    teacher_forced_within(&mut s, 0.06);
+    teacher_forced_within(&mut s, 0.06, usize::MAX);
 }
 
 /// The same in the exact mode, which rounds as ggml's CPU code does: as on
-/// the CPU, within 0.05 nats (the worst prompt measured 0.045).
+/// the CPU, within 0.05 nats (the worst prompt measured 0.045). Its first
+/// `EXACT_PROMPTS` prompts: the exact mode prefills several times slower
+/// on lavapipe, and its arithmetic is held to the CPU's op by op in
+/// `gpu_exact` and `gpu_ops`.
 #[test]
 fn smollm2_exact_on_gpu_agrees_with_llama_cpp_teacher_forced() {
     let mut s = session(common::SMOLLM2, 64, &GpuOptions::exact());
-    teacher_forced_within(&mut s, 0.05);
+    teacher_forced_within(&mut s, 0.05, EXACT_PROMPTS);
 }
 
-fn teacher_forced_within(s: &mut Session, bound: f64) {
+/// Prompts the exact mode's end-to-end tests take (of 8).
+const EXACT_PROMPTS: usize = 4;
+
+fn teacher_forced_within(s: &mut Session, bound: f64, prompts: usize) {
     let mut worst = 0f64;
-    for case in cases(SMOLLM2_REFERENCE) {
+    for case in cases(SMOLLM2_REFERENCE).into_iter().take(prompts) {
         let (checked, bad, mean) = teacher_forced(s, &case);
         eprintln!(
             "{:?}: {checked} clear steps, mean |Δ logprob| {mean:.4}",
@@ -64,9 +70,9 @@ fn teacher_forced_within(s: &mut Session, bound: f64) {
 /// Free-running greedy decoding, one token per submission: the prompts
 /// whose output equals llama.cpp's over its clear prefix (the steps before
 /// the first whose top-1/top-2 margin is under 0.1 nats).
-fn greedy_prefixes(s: &mut Session, reference: &str) -> usize {
+fn greedy_prefixes(s: &mut Session, reference: &str, prompts: usize) -> usize {
     let mut same = 0;
-    for case in cases(reference) {
+    for case in cases(reference).into_iter().take(prompts) {
         let out = greedy(s, &case);
         let want = &case.output_ids[..case.clear_prefix_len];
         let parted = out.iter().zip(want).position(|(a, b)| a != b);
@@ -90,6 +96,7 @@ fn smollm2_greedy_on_gpu_follows_llama_cpp() {
     let same = greedy_prefixes(
         &mut session(common::SMOLLM2, 1, &GpuOptions::default()),
         SMOLLM2_REFERENCE,
+        8,
     );
     assert!(same >= 7, "{same} of 8 prompts follow llama.cpp");
 }
@@ -100,6 +107,7 @@ fn gemma3_greedy_on_gpu_follows_llama_cpp() {
     let same = greedy_prefixes(
         &mut session(common::GEMMA3, 1, &GpuOptions::default()),
         GEMMA3_REFERENCE,
+        8,
     );
     assert!(same >= 7, "{same} of 8 prompts follow llama.cpp");
 }
@@ -111,8 +119,9 @@ fn smollm2_exact_greedy_on_gpu_reproduces_clear_prefixes() {
     let same = greedy_prefixes(
         &mut session(common::SMOLLM2, 1, &GpuOptions::exact()),
         SMOLLM2_REFERENCE,
+        EXACT_PROMPTS,
     );
-    assert_eq!(same, 8);
+    assert_eq!(same, EXACT_PROMPTS);
 }
 
 /// Free-running decode: each generated token is one submission.

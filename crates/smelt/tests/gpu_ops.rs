@@ -293,10 +293,14 @@ const DOT_TYPES: [GgmlType; 10] = [
 ];
 
 /// Whether the f32-activation mode rounds a matmul's activations to Q8
-/// blocks first: decode (up to 4 tokens) of the `DOT_TYPES`.
+/// blocks first: decode and short batches (up to `MATVEC_TOKENS`) of the
+/// `DOT_TYPES`.
 fn f32_mode_rounds(t: GgmlType, n: usize) -> bool {
-    DOT_TYPES.contains(&t) && n <= 4
+    DOT_TYPES.contains(&t) && n <= MATVEC_TOKENS
 }
+
+/// The most tokens the f32 mode's matmuls take as mat-vecs.
+const MATVEC_TOKENS: usize = 16;
 
 /// On the CPU reference, `src` rounded as the GPU rounds it before such a
 /// mat-vec, written to `dst`: blocks of 32, d = f16(amax / 127), q =
@@ -779,7 +783,13 @@ fn decode_matvec_f32_acts_with_adapter_features() {
         } else {
             &[]
         };
-        let shapes = [(1usize, 1usize, k), (7, 1, k), (130, 4, k), (5, 2, long)];
+        let shapes = [
+            (1usize, 1usize, k),
+            (7, 1, k),
+            (130, 4, k),
+            (5, 2, long),
+            (37, 16, k),
+        ];
         for &(m, n, k) in shapes.iter().chain(short) {
             let w = b.weight(t, m, k);
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
@@ -836,7 +846,7 @@ fn prefill_matmul_f32_acts_with_adapter_features() {
         let mut shapes = vec![
             (130usize, 70usize, k0),
             (64, 64, k0),
-            (67, 5, k0),
+            (67, 17, k0),
             (200, 129, k0),
         ];
         if coop != 0 {
@@ -1445,7 +1455,7 @@ fn f32_mode_matmuls_of_one_input() {
     for t in DOT_TYPES {
         let k = if t.block_size() == 256 { 2304 } else { 2080 };
         for &(ms, n) in &cases {
-            if n > 4 && !prefills.contains(&t) {
+            if n > MATVEC_TOKENS && !prefills.contains(&t) {
                 continue;
             }
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
@@ -1459,9 +1469,9 @@ fn f32_mode_matmuls_of_one_input() {
                 };
                 for (i, &out) in outs.iter().enumerate() {
                     let (ws, outs) = (ws.clone(), outs.clone());
-                    // Past 4 tokens, the prefill kernels: on cooperative
-                    // matrices, f16 operands.
-                    let tol = match (n > 4, rounds) {
+                    // Past `MATVEC_TOKENS`, the prefill kernels: on
+                    // cooperative matrices, f16 operands.
+                    let tol = match (n > MATVEC_TOKENS, rounds) {
                         (true, _) => 2e-6,
                         (false, true) => 1e-6,
                         (false, false) => 1e-7,

@@ -184,19 +184,19 @@ fn fast_mode_split_repacked_weights_match_the_whole() {
 }
 
 /// SmolLM2's logits for 40 output rows (49152 × 4 bytes each, 7.5 MiB)
-/// under a binding limit of 3 MiB for every tensor: 3 pieces of 14 rows,
-/// recorded in one forward pass and read back with one submission, equal
-/// bit for bit to the logits of the same batch without the limit, in
-/// both modes. The rows are a prompt's, each wanting logits, and the
-/// pieces hold 12 to 14 rows: the same kernels run (tiled, not mat-vec)
-/// as on the whole batch. The tied output weight is split under the limit
-/// too.
+/// under a binding limit of 4 MiB for every tensor: 2 pieces of up to 21
+/// rows, recorded in one forward pass and read back with one submission,
+/// equal bit for bit to the logits of the same batch without the limit,
+/// in both modes. The rows are a prompt's, each wanting logits, and the
+/// pieces hold more rows than the mat-vecs take (16): the same kernels
+/// run (tiled, not mat-vec) as on the whole batch. The tied output weight
+/// is split under the limit too.
 #[test]
 fn logits_over_the_binding_limit_are_kept_in_pieces() {
     use smelt::gguf::GgufFile;
     use smelt::model::{Batch, Model, Session, SessionParams};
 
-    const MODEL_LIMIT: u64 = 3 << 20;
+    const MODEL_LIMIT: u64 = 4 << 20;
     const ROWS: usize = 40;
     let gguf = GgufFile::open(common::model(common::SMOLLM2)).unwrap();
     let logits = |opts: GpuOptions| {
@@ -229,7 +229,7 @@ fn logits_over_the_binding_limit_are_kept_in_pieces() {
             ..opts
         });
         assert_eq!(whole_pieces, 1);
-        assert_eq!(pieces, 3, "exact {exact}");
+        assert_eq!(pieces, 2, "exact {exact}");
         assert_eq!(submissions, 1, "exact {exact}: one submission for the pass");
         assert_eq!(split.len(), whole.len());
         let differ = split

@@ -262,7 +262,10 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
         // f32 mode's decode on integer dots (a part of a split weight).
         MatIn::Q8(q8) if f.dots(w.dtype) => be.run(matvec_blocks::dot((w, q8, out), o0, None)),
         // ggml's integer lanes.
-        MatIn::Q8(q8) => be.run(matmul_q8::dispatch(w, q8, out, (o0, row_bytes), decode)),
+        MatIn::Q8(q8) => {
+            let decode = n <= matmul_q8::MATVEC_Q8_TOKENS;
+            be.run(matmul_q8::dispatch(w, q8, out, (o0, row_bytes), decode))
+        }
         MatIn::F32(x) if decode => be.run(matvec::dispatch(w, x, out, o0, row_bytes)),
         MatIn::F32(x) if f.coop != 0 && k.is_multiple_of(32) => {
             let huge = be.ctx.coop_huge;

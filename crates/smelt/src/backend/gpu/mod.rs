@@ -52,9 +52,13 @@ use pending::Pending;
 use pipelines::PipelineCache;
 use recorder::Recorder;
 
-/// Up to this many tokens a matmul runs as mat-vec (weights streamed once
-/// per token); above it, the tiled kernel.
-const MATVEC_MAX_TOKENS: usize = 4;
+/// Up to this many tokens a matmul of the f32 mode runs as mat-vecs, the
+/// tokens of a row group next to each other so that its weights come
+/// from memory once and from the cache after; above it, the tiled
+/// kernels, whose tiles would mostly sit idle on fewer tokens (16 tokens
+/// of an 8B Q4_K_M model ran 1.9× faster as mat-vecs than in the
+/// cooperative-matrix tile).
+const MATVEC_MAX_TOKENS: usize = 16;
 
 pub struct GpuBackend {
     ctx: Context,

@@ -11,6 +11,18 @@ fn wg_index(wid: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wid.x + wid.y * nwg.x;
 }
 
+// A mat-vec workgroup's (token, row group) from its index g over n
+// tokens: the tokens of one row group run next to each other, so the
+// rows they read are read from memory once and from the cache after.
+struct TokenGroup {
+    t: u32,
+    group: u32,
+}
+
+fn token_group(g: u32, n: u32) -> TokenGroup {
+    return TokenGroup(g % n, g / n);
+}
+
 // Large finite stand-in for -inf: WGSL has no infinity literal, and
 // exp(NEG_BIG - m) is still exactly 0.
 const NEG_BIG: f32 = -3.0e38;

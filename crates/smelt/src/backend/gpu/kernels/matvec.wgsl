@@ -36,8 +36,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (g >= blocks * P.n) {
         return;
     }
-    let r0 = (g % blocks) * NR;
-    let t = g / blocks;
+    let tg = token_group(g, P.n);
+    let r0 = tg.group * NR;
+    let t = tg.t;
     let row_bytes = P.row_bytes;
     let xb = t * k;
     // Rows past m (the last block) repeat row m - 1 and are not stored.

@@ -350,9 +350,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     // Past the last group (a grid spilled into y): clamped, nothing
     // stored (no early return before the barriers).
     let live = g < per_t * P.n;
-    let gg = min(g, per_t * P.n - 1u);
-    let t = gg / per_t;
-    let gb = gg % per_t;
+    let tg = token_group(min(g, per_t * P.n - 1u), P.n);
+    let t = tg.t;
+    let gb = tg.group;
     norm_row(ln, t, live && gb == 0u);
     let p = group_of(gb);
     let lid = ln.lid;
@@ -377,8 +377,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (g >= per_t * P.n) {
         return;
     }
-    let t = g / per_t;
-    let p = group_of(g % per_t);
+    let tg = token_group(g, P.n);
+    let t = tg.t;
+    let p = group_of(tg.group);
     let r0 = p.gb * NR;
     let nb = P.row_blocks;
     let total = wg_sum4(sweep(p.which, firsts(r0, p.m, nb), nb, t * (P.k / 32u), ln.lid, RED_WG), ln);
@@ -398,8 +399,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (g >= blocks * P.n) {
         return;
     }
-    let r0 = (g % blocks) * NR;
-    let t = g / blocks;
+    let tg = token_group(g, P.n);
+    let r0 = tg.group * NR;
+    let t = tg.t;
     let nb = P.row_blocks;
     let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * (P.k / 32u), ln.lid, RED_WG), ln);
     if (ln.lid == 0u) {
@@ -458,9 +460,9 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let m = P.m;
     let groups = m / 32u;
     // Past the last group (a grid spilled into y): clamped, nothing stored.
-    let gg = min(g, groups * P.n - 1u);
-    let r0 = (gg % groups) * 32u;
-    let t = gg / groups;
+    let tg = token_group(min(g, groups * P.n - 1u), P.n);
+    let r0 = tg.group * 32u;
+    let t = tg.t;
 #ifdef NORM
     norm_row(ln, t, g < groups * P.n && r0 == 0u);
 #endif
