@@ -83,6 +83,7 @@ impl PackedB {
         PackedB { k, n, panels }
     }
 
+    /// Panel `jb`, `[k, NR]`.
     fn panel(&self, jb: usize) -> &[f32] {
         &self.panels[jb * self.k * NR..][..self.k * NR]
     }
@@ -91,9 +92,8 @@ impl PackedB {
 /// `c (m × n, row-major) = a (m × k) · b (k × n)` on one thread.
 pub fn gemm_serial(m: usize, n: usize, k: usize, a: View, b: View, c: &mut [f32]) {
     let b = PackedB::new(k, n, b);
-    let a = pack_a_all(None, m, k, a);
     let ops = Operands {
-        a: &a,
+        a,
         b: &b,
         m,
         chunk: k,
@@ -134,11 +134,10 @@ pub fn gemm_packed(cx: &mut Cx, m: usize, a: View, b: &PackedB, c: &mut [f32]) {
     chunked_packed(cx, m, b.k, a, b, c);
 }
 
-/// A packed in blocks of `MR` rows (`[blocks, k, MR]`), B packed, and the
-/// chunk of the sums over `k`.
+/// A, B packed, and the chunk of the sums over `k`.
 #[derive(Clone, Copy)]
 struct Operands<'a> {
-    a: &'a [f32],
+    a: View<'a>,
     b: &'a PackedB,
     m: usize,
     chunk: usize,
@@ -182,8 +181,7 @@ fn chunked_packed(cx: &mut Cx, m: usize, chunk: usize, a: View, b: &PackedB, c: 
     } else {
         cx.pool.n_threads()
     };
-    let a = pack_a_all((threads > 1).then_some(&mut *cx), m, k, a);
-    let ops = Operands { a: &a, b, m, chunk };
+    let ops = Operands { a, b, m, chunk };
     let tasks = Tasks::new(m, n, threads);
     let count = tasks.count_for(m);
     let out = SharedMut::new(c);
@@ -216,19 +214,21 @@ fn run_tasks(tasks: &Tasks, r: std::ops::Range<usize>, ops: Operands, out: &Shar
     let chunk = ops.chunk.clamp(1, k.max(1));
     let step = slab(k, chunk);
     let r = r.start..r.end.min(tasks.count_for(m));
+    let mut apack = vec![0f32; step.min(k) * MR];
     let mut p0 = 0;
     loop {
         let p1 = (p0 + step).min(k);
         for t in r.clone() {
             let (ib, gi) = (t / tasks.groups, t % tasks.groups);
-            let a = &ops.a[ib * k * MR..][..k * MR];
+            let a = &mut apack[..(p1 - p0) * MR];
+            pack_a(ops.a, m, ib, p0..p1, a);
             for jb in gi * tasks.group..((gi + 1) * tasks.group).min(tasks.panels) {
                 let b = ops.b.panel(jb);
                 let cell = TileAt { ib, jb, m, n };
                 // SAFETY: each tile of C is written by exactly one task, and
                 // the tasks' ranges are disjoint.
                 let before = (p0 > 0).then(|| unsafe { cell.load(out) });
-                let acc = tile_span(before, p0..p1, chunk, a, b);
+                let acc = tile_span(before, p0..p1, chunk, a, &b[p0 * NR..p1 * NR]);
                 // SAFETY: as above.
                 unsafe { cell.store(&acc, out) };
             }
@@ -240,7 +240,8 @@ fn run_tasks(tasks: &Tasks, r: std::ops::Range<usize>, ops: Operands, out: &Shar
     }
 }
 
-/// One register tile's sum over `span` of `k`, chunk by chunk: a chunk
+/// One register tile's sum over `span` of `k` (`a`, `b`: the span's packed
+/// rows), chunk by chunk: a chunk
 /// starts from zero and is added to the tiles before it; a slab that does
 /// not start a chunk (only when the whole of `k` is one chunk) continues
 /// the running sum.
@@ -257,7 +258,11 @@ fn tile_span(
     }
     while p < span.end {
         let end = ((p / chunk + 1) * chunk).min(span.end);
-        let (ap, bp) = (&a[p * MR..end * MR], &b[p * NR..end * NR]);
+        let q = p - span.start;
+        let (ap, bp) = (
+            &a[q * MR..(end - span.start) * MR],
+            &b[q * NR..(end - span.start) * NR],
+        );
         acc = Some(match acc {
             None => tile([[0.0; NR]; MR], ap, bp),
             Some(before) if p.is_multiple_of(chunk) => {
@@ -332,77 +337,36 @@ impl TileAt {
     }
 }
 
-/// A packed whole, `[blocks, k, MR]` (`pack_a` per block), on the pool's
-/// threads when given one.
-fn pack_a_all(cx: Option<&mut Cx>, m: usize, k: usize, a: View) -> Vec<f32> {
-    let blocks = m.div_ceil(MR);
-    let mut packed = vec![0f32; blocks * k * MR];
-    let Some(cx) = cx else {
-        pack_a_blocks(k, m, a, 0, &mut packed);
-        return packed;
-    };
-    {
-        let shared = SharedMut::new(&mut packed);
-        cx.pool.for_each(blocks, 8, &|_, r| {
-            // SAFETY: each block range is packed by one thread.
-            let dst = unsafe { shared.slice(r.start * k * MR, r.len() * k * MR) };
-            pack_a_blocks(k, m, a, r.start, dst);
-        });
-    }
-    packed
-}
-
-/// Blocks `first..` of A into `dst` (whole blocks). A transposed A (its
-/// columns contiguous) is read a band of rows of memory at a time, every
-/// block's neighbours from it, so each cache line is read once.
-fn pack_a_blocks(k: usize, m: usize, a: View, first: usize, dst: &mut [f32]) {
-    let count = dst.len() / (k * MR).max(1);
-    let i0 = first * MR;
-    // Whole blocks of a transposed A; a last partial block goes below.
-    let whole = if a.row == 1 {
-        count.min(m.saturating_sub(i0) / MR)
-    } else {
-        0
-    };
-    // Tiles of 64 rows of memory × one cache line (4 blocks): each line is
-    // read once and each block's destination written in runs (the blocks
-    // lie `k·MR` floats apart), in a working set far below L1.
-    for ps in (0..k).step_by(64) {
-        for b0 in (0..whole).step_by(4) {
-            for p in ps..(ps + 64).min(k) {
-                for blk in b0..(b0 + 4).min(whole) {
-                    let src = &a.data[p * a.col + i0 + blk * MR..][..MR];
-                    dst[blk * k * MR + p * MR..][..MR].copy_from_slice(src);
-                }
-            }
-        }
-    }
-    for blk in whole..count {
-        pack_a(k, m, a, first + blk, &mut dst[blk * k * MR..][..k * MR]);
-    }
-}
-
-/// Rows `ib·MR..` of A, interleaved: `dst[p·MR + r] = A[ib·MR + r, p]`
-/// (zero past `m`). A row-major A reads each row in order.
-fn pack_a(k: usize, m: usize, a: View, ib: usize, dst: &mut [f32]) {
+/// Rows `ib·MR..` of A over `span` of `k`, interleaved:
+/// `dst[(p − span.start)·MR + r] = A[ib·MR + r, p]` (zero past `m`). A
+/// transposed A (its columns contiguous) copies `MR` neighbours per `p`: a
+/// slab's cache lines serve the neighbouring blocks too; a row-major A
+/// reads each row in order.
+fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &mut [f32]) {
     let i0 = ib * MR;
     let rows = MR.min(m - i0);
+    if a.row == 1 && rows == MR {
+        for (d, p) in dst.chunks_exact_mut(MR).zip(span) {
+            d.copy_from_slice(&a.data[p * a.col + i0..][..MR]);
+        }
+        return;
+    }
     if a.col == 1 {
         if rows < MR {
-            dst[..k * MR].fill(0.0);
+            dst.fill(0.0);
         }
         for r in 0..rows {
-            let row = &a.data[(i0 + r) * a.row..][..k];
-            for (p, &v) in row.iter().enumerate() {
-                dst[p * MR + r] = v;
+            let row = &a.data[(i0 + r) * a.row + span.start..][..span.len()];
+            for (q, &v) in row.iter().enumerate() {
+                dst[q * MR + r] = v;
             }
         }
         return;
     }
-    for p in 0..k {
+    for (q, p) in span.enumerate() {
         for r in 0..MR {
             let i = i0 + r;
-            dst[p * MR + r] = if i < m { a.at(i, p) } else { 0.0 };
+            dst[q * MR + r] = if i < m { a.at(i, p) } else { 0.0 };
         }
     }
 }
