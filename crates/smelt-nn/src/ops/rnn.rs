@@ -16,6 +16,10 @@
 //! steps backwards and give the pre-activation gradients; `W_hh`'s
 //! gradient is then one matmul of them with the shifted states
 //! (`SeqShift`).
+//!
+//! On the GPU an LSTM runs each way as one dispatch (`Sequence`: batch rows
+//! are independent, so a workgroup runs every step of its rows); the GRU,
+//! and an LSTM too wide for workgroup memory, one dispatch per step.
 
 use crate::cpu::Cx;
 use crate::cpu::gemm::{PackedB, View, gemm_packed};

@@ -1,6 +1,7 @@
-// LSTM and GRU steps (ops/rnn.rs): one dispatch per time step, one
-// invocation per (batch row b, hidden unit j), each recurrent dot product
-// summed over k in order from zero. The forward steps read W_hh transposed
+// LSTM and GRU steps (ops/rnn.rs). LSTM_SEQ and LSTM_GRAD_SEQ run a whole
+// sequence in one dispatch (below); the others are one dispatch per time
+// step, one invocation per (batch row b, hidden unit j), each recurrent dot
+// product summed over k in order from zero. The forward steps read W_hh transposed
 // (TRANSPOSE writes it once per run), so that neighbouring invocations
 // (neighbouring j) read neighbouring weights. Gradients run the steps
 // backwards; the dispatch with t = steps makes dh0.
