@@ -111,6 +111,16 @@ fn every_kernel_validates_and_writes_msl_and_spirv() {
             kernels.push(k);
         }
     }
+    // The whole-sequence LSTM kernels with several rows a workgroup.
+    for define in ["LSTM_SEQ", "LSTM_GRAD_SEQ"] {
+        let values = [("ROWS", "4"), ("WG", "64"), ("SHARED", "2048")];
+        let mut d = vec![(define, String::new())];
+        d.extend(values.iter().map(|(n, v)| (*n, v.to_string())));
+        let k = Kernel::with_values("rnn", &d);
+        if !kernels.contains(&k) {
+            kernels.push(k);
+        }
+    }
     let n_maps = kernels.iter().filter(|k| k.label() == "map").count();
     assert!(n_maps >= 5, "only {n_maps} fused map kernels");
     let failures: Vec<String> = kernels

@@ -3,7 +3,10 @@
 //! add (the GPU kernels' order), vectorized across `n`: panels of B packed
 //! `NR` columns wide, blocks of A `MR` rows tall, an `MR × NR` register
 //! tile per step of `k`. `gemm` may cut `k` into chunks (`Dims::chunk`):
-//! each chunk summed so, then the chunks' sums added in order.
+//! each chunk summed so, then the chunks' sums added in order. Long `k`
+//! runs in slabs (a slab's B panels stay in cache while every block of A
+//! passes), each tile continuing from what the slab before left in C: the
+//! same additions in the same order.
 //!
 //! Operands are strided views, so transposes cost nothing: element
 //! `(i, p)` of A is `a[i·row + p·col]`.
@@ -80,6 +83,7 @@ impl PackedB {
         PackedB { k, n, panels }
     }
 
+    /// Panel `jb`, `[k, NR]`.
     fn panel(&self, jb: usize) -> &[f32] {
         &self.panels[jb * self.k * NR..][..self.k * NR]
     }
@@ -87,19 +91,15 @@ impl PackedB {
 
 /// `c (m × n, row-major) = a (m × k) · b (k × n)` on one thread.
 pub fn gemm_serial(m: usize, n: usize, k: usize, a: View, b: View, c: &mut [f32]) {
-    serial_packed(m, k, a, &PackedB::new(k, n, b), c);
-}
-
-fn serial_packed(m: usize, chunk: usize, a: View, b: &PackedB, c: &mut [f32]) {
-    let (n, k) = (b.n, b.k);
-    let mut apack = vec![0f32; k * MR];
-    for ib in 0..m.div_ceil(MR) {
-        pack_a(k, m, a, ib, &mut apack);
-        for jb in 0..n.div_ceil(NR) {
-            let tile = tile_chunked(k, chunk, &apack, b.panel(jb));
-            store(&tile, ib, jb, m, n, |i, j, v| c[i * n + j] = v);
-        }
-    }
+    let b = PackedB::new(k, n, b);
+    let ops = Operands {
+        a,
+        b: &b,
+        m,
+        chunk: k,
+    };
+    let tasks = Tasks::new(m, n, 1);
+    run_tasks(&tasks, 0..tasks.count_for(m), ops, &SharedMut::new(c));
 }
 
 /// A product's sizes. `k` is summed in chunks of `chunk` (the last one
@@ -119,7 +119,7 @@ fn serial(cx: &Cx, m: usize, n: usize, k: usize) -> bool {
 }
 
 /// `c (m × n, row-major) = a (m × k) · b (k × n)`, `k` in chunks, on the
-/// pool's threads in tiles of `MR` rows × `4·NR` columns.
+/// pool's threads (`Tasks`).
 pub fn gemm(cx: &mut Cx, d: Dims, a: View, b: View, c: &mut [f32]) {
     let packed = if serial(cx, d.m, d.n, d.k) {
         PackedB::new(d.k, d.n, b)
@@ -134,38 +134,239 @@ pub fn gemm_packed(cx: &mut Cx, m: usize, a: View, b: &PackedB, c: &mut [f32]) {
     chunked_packed(cx, m, b.k, a, b, c);
 }
 
+/// A, B packed, and the chunk of the sums over `k`.
+#[derive(Clone, Copy)]
+struct Operands<'a> {
+    a: View<'a>,
+    b: &'a PackedB,
+    m: usize,
+    chunk: usize,
+}
+
+/// The work of a product in tasks of one block of `MR` rows × a group of
+/// panels: 4 panels, or all of them when A is tall enough to share out by
+/// rows alone (then A's block is read once). A thread takes `per_take`
+/// consecutive tasks and runs them a slab of `k` at a time, so that B's
+/// slab stays in cache across its blocks.
+struct Tasks {
+    panels: usize,
+    group: usize,
+    groups: usize,
+    per_take: usize,
+}
+
+impl Tasks {
+    fn new(m: usize, n: usize, threads: usize) -> Tasks {
+        let blocks = m.div_ceil(MR);
+        let panels = n.div_ceil(NR);
+        let tall = blocks >= 8 * threads;
+        let group = if tall { panels } else { 4 };
+        Tasks {
+            panels,
+            group,
+            groups: panels.div_ceil(group),
+            per_take: if tall { blocks / (4 * threads) } else { 1 }.max(1),
+        }
+    }
+
+    fn count_for(&self, m: usize) -> usize {
+        m.div_ceil(MR) * self.groups
+    }
+}
+
 fn chunked_packed(cx: &mut Cx, m: usize, chunk: usize, a: View, b: &PackedB, c: &mut [f32]) {
     let (n, k) = (b.n, b.k);
-    let panels = n.div_ceil(NR);
-    if serial(cx, m, n, k) {
-        return serial_packed(m, chunk, a, b, c);
-    }
-    const GROUP: usize = 4;
-    let groups = panels.div_ceil(GROUP);
-    let blocks = m.div_ceil(MR);
+    let threads = if serial(cx, m, n, k) {
+        1
+    } else {
+        cx.pool.n_threads()
+    };
+    let ops = Operands { a, b, m, chunk };
+    let tasks = Tasks::new(m, n, threads);
+    let count = tasks.count_for(m);
     let out = SharedMut::new(c);
-    cx.pool.for_each(blocks * groups, 1, &|_, r| {
-        let mut apack = vec![0f32; k * MR];
-        for t in r {
-            let (ib, gi) = (t / groups, t % groups);
-            pack_a(k, m, a, ib, &mut apack);
-            for jb in gi * GROUP..((gi + 1) * GROUP).min(panels) {
-                let tile = tile_chunked(k, chunk, &apack, b.panel(jb));
-                store(&tile, ib, jb, m, n, |i, j, v| {
-                    // SAFETY: each (block, panel) tile's elements are written
-                    // by exactly one task.
-                    unsafe { out.slice(i * n + j, 1)[0] = v };
-                });
-            }
-        }
+    if threads == 1 {
+        return run_tasks(&tasks, 0..count, ops, &out);
+    }
+    cx.pool.for_each(count, tasks.per_take, &|_, r| {
+        run_tasks(&tasks, r, ops, &out)
     });
 }
 
-fn pack_a(k: usize, m: usize, a: View, ib: usize, dst: &mut [f32]) {
-    for p in 0..k {
+/// Slabs of `k`: a multiple of the chunk (so that no chunk is split), near
+/// `KC`; one slab's B panels fit in L2.
+const KC: usize = 256;
+
+fn slab(k: usize, chunk: usize) -> usize {
+    let chunk = chunk.max(1);
+    if chunk < k {
+        chunk * (KC / chunk).max(1)
+    } else {
+        KC
+    }
+}
+
+/// Runs tasks `r`, slab by slab of `k`: each output tile is summed over a
+/// slab on top of what the slabs before left in C, which is the same sum
+/// in the same order.
+fn run_tasks(tasks: &Tasks, r: std::ops::Range<usize>, ops: Operands, out: &SharedMut<f32>) {
+    let (m, n, k) = (ops.m, ops.b.n, ops.b.k);
+    let chunk = ops.chunk.clamp(1, k.max(1));
+    let step = slab(k, chunk);
+    let r = r.start..r.end.min(tasks.count_for(m));
+    let mut apack = vec![0f32; step.min(k) * MR];
+    let mut p0 = 0;
+    loop {
+        let p1 = (p0 + step).min(k);
+        for t in r.clone() {
+            let (ib, gi) = (t / tasks.groups, t % tasks.groups);
+            let a = &mut apack[..(p1 - p0) * MR];
+            pack_a(ops.a, m, ib, p0..p1, a);
+            for jb in gi * tasks.group..((gi + 1) * tasks.group).min(tasks.panels) {
+                let b = ops.b.panel(jb);
+                let cell = TileAt { ib, jb, m, n };
+                // SAFETY: each tile of C is written by exactly one task, and
+                // the tasks' ranges are disjoint.
+                let before = (p0 > 0).then(|| unsafe { cell.load(out) });
+                let acc = tile_span(before, p0..p1, chunk, a, &b[p0 * NR..p1 * NR]);
+                // SAFETY: as above.
+                unsafe { cell.store(&acc, out) };
+            }
+        }
+        if p1 >= k {
+            break;
+        }
+        p0 = p1;
+    }
+}
+
+/// One register tile's sum over `span` of `k` (`a`, `b`: the span's packed
+/// rows), chunk by chunk: a chunk
+/// starts from zero and is added to the tiles before it; a slab that does
+/// not start a chunk (only when the whole of `k` is one chunk) continues
+/// the running sum.
+fn tile_span(
+    mut acc: Option<Tile>,
+    span: std::ops::Range<usize>,
+    chunk: usize,
+    a: &[f32],
+    b: &[f32],
+) -> Tile {
+    let mut p = span.start;
+    if span.is_empty() {
+        return acc.unwrap_or([[0.0; NR]; MR]);
+    }
+    while p < span.end {
+        let end = ((p / chunk + 1) * chunk).min(span.end);
+        let q = p - span.start;
+        let (ap, bp) = (
+            &a[q * MR..(end - span.start) * MR],
+            &b[q * NR..(end - span.start) * NR],
+        );
+        acc = Some(match acc {
+            None => tile([[0.0; NR]; MR], ap, bp),
+            Some(before) if p.is_multiple_of(chunk) => {
+                let mut sum = before;
+                let part = tile([[0.0; NR]; MR], ap, bp);
+                for (row, prow) in sum.iter_mut().zip(&part) {
+                    for (v, pv) in row.iter_mut().zip(prow) {
+                        *v += pv;
+                    }
+                }
+                sum
+            }
+            Some(running) => tile(running, ap, bp),
+        });
+        p = end;
+    }
+    acc.expect("a non-empty span")
+}
+
+type Tile = [[f32; NR]; MR];
+
+/// Where a register tile sits in C (`m × n`, row-major).
+struct TileAt {
+    ib: usize,
+    jb: usize,
+    m: usize,
+    n: usize,
+}
+
+impl TileAt {
+    fn rows(&self) -> usize {
+        MR.min(self.m - self.ib * MR)
+    }
+
+    fn cols(&self) -> usize {
+        NR.min(self.n - self.jb * NR)
+    }
+
+    /// # Safety
+    /// No other thread writes this tile meanwhile.
+    unsafe fn load(&self, c: &SharedMut<f32>) -> Tile {
+        let mut t = [[0.0; NR]; MR];
+        let cols = self.cols();
+        for (r, row) in t.iter_mut().enumerate().take(self.rows()) {
+            let at = (self.ib * MR + r) * self.n + self.jb * NR;
+            // SAFETY: the caller's.
+            let src = unsafe { c.slice(at, cols) };
+            if cols == NR {
+                // A whole row (a fixed-size copy, kept in registers).
+                *row = src.try_into().expect("NR values");
+            } else {
+                row[..cols].copy_from_slice(src);
+            }
+        }
+        t
+    }
+
+    /// # Safety
+    /// No other thread reads or writes this tile meanwhile.
+    unsafe fn store(&self, t: &Tile, c: &SharedMut<f32>) {
+        let cols = self.cols();
+        for (r, row) in t.iter().enumerate().take(self.rows()) {
+            let at = (self.ib * MR + r) * self.n + self.jb * NR;
+            // SAFETY: the caller's.
+            let dst = unsafe { c.slice(at, cols) };
+            if let Ok(whole) = <&mut [f32; NR]>::try_from(&mut *dst) {
+                *whole = *row;
+            } else {
+                dst.copy_from_slice(&row[..cols]);
+            }
+        }
+    }
+}
+
+/// Rows `ib·MR..` of A over `span` of `k`, interleaved:
+/// `dst[(p − span.start)·MR + r] = A[ib·MR + r, p]` (zero past `m`). A
+/// transposed A (its columns contiguous) copies `MR` neighbours per `p`: a
+/// slab's cache lines serve the neighbouring blocks too; a row-major A
+/// reads each row in order.
+fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &mut [f32]) {
+    let i0 = ib * MR;
+    let rows = MR.min(m - i0);
+    if a.row == 1 && rows == MR {
+        for (d, p) in dst.chunks_exact_mut(MR).zip(span) {
+            d.copy_from_slice(&a.data[p * a.col + i0..][..MR]);
+        }
+        return;
+    }
+    if a.col == 1 {
+        if rows < MR {
+            dst.fill(0.0);
+        }
+        for r in 0..rows {
+            let row = &a.data[(i0 + r) * a.row + span.start..][..span.len()];
+            for (q, &v) in row.iter().enumerate() {
+                dst[q * MR + r] = v;
+            }
+        }
+        return;
+    }
+    for (q, p) in span.enumerate() {
         for r in 0..MR {
-            let i = ib * MR + r;
-            dst[p * MR + r] = if i < m { a.at(i, p) } else { 0.0 };
+            let i = i0 + r;
+            dst[q * MR + r] = if i < m { a.at(i, p) } else { 0.0 };
         }
     }
 }
@@ -174,6 +375,14 @@ fn pack_b(k: usize, n: usize, b: View, dst: &mut [f32], panels: std::ops::Range<
     let first = panels.start;
     for jb in panels {
         let panel = &mut dst[(jb - first) * k * NR..][..k * NR];
+        let j0 = jb * NR;
+        if b.col == 1 && j0 + NR <= n {
+            // Row-major B: NR neighbours of each row.
+            for (p, d) in panel.chunks_exact_mut(NR).enumerate() {
+                d.copy_from_slice(&b.data[p * b.row + j0..][..NR]);
+            }
+            continue;
+        }
         for p in 0..k {
             for c in 0..NR {
                 let j = jb * NR + c;
@@ -183,72 +392,27 @@ fn pack_b(k: usize, n: usize, b: View, dst: &mut [f32], panels: std::ops::Range<
     }
 }
 
-fn store(
-    tile: &[[f32; NR]; MR],
-    ib: usize,
-    jb: usize,
-    m: usize,
-    n: usize,
-    mut put: impl FnMut(usize, usize, f32),
-) {
-    for (r, row) in tile.iter().enumerate() {
-        let i = ib * MR + r;
-        if i >= m {
-            break;
-        }
-        for (c, &v) in row.iter().enumerate() {
-            let j = jb * NR + c;
-            if j >= n {
-                break;
-            }
-            put(i, j, v);
-        }
-    }
-}
-
-/// One register tile summed in chunks of `chunk` along `p`, the chunks'
-/// tiles added in order.
-fn tile_chunked(k: usize, chunk: usize, a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
-    let chunk = chunk.max(1);
-    let first = chunk.min(k);
-    let mut acc = tile(first, a, b);
-    let mut p0 = first;
-    while p0 < k {
-        let len = chunk.min(k - p0);
-        let part = tile(len, &a[p0 * MR..], &b[p0 * NR..]);
-        for (row, prow) in acc.iter_mut().zip(&part) {
-            for (v, pv) in row.iter_mut().zip(prow) {
-                *v += pv;
-            }
-        }
-        p0 += len;
-    }
-    acc
-}
-
-/// One register tile: `Σ_p a[p, r] · b[p, c]` in order of `p`.
-fn tile(k: usize, a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
+/// One register tile: `init + Σ_p a[p, r] · b[p, c]`, added in order of `p`
+/// (`a` is `[k, MR]`, `b` `[k, NR]`).
+fn tile(init: Tile, a: &[f32], b: &[f32]) -> Tile {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU has AVX2 (checked above).
-        return unsafe { tile_avx2(k, a, b) };
+        return unsafe { tile_avx2(init, a, b) };
     }
-    tile_generic(k, a, b)
+    tile_generic(init, a, b)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn tile_avx2(k: usize, a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
-    tile_generic(k, a, b)
+fn tile_avx2(init: Tile, a: &[f32], b: &[f32]) -> Tile {
+    tile_generic(init, a, b)
 }
 
 #[inline(always)]
-fn tile_generic(k: usize, a: &[f32], b: &[f32]) -> [[f32; NR]; MR] {
-    let mut acc = [[0f32; NR]; MR];
-    for (ap, bp) in a[..k * MR]
-        .chunks_exact(MR)
-        .zip(b[..k * NR].chunks_exact(NR))
-    {
+fn tile_generic(init: Tile, a: &[f32], b: &[f32]) -> Tile {
+    let mut acc = init;
+    for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
         for r in 0..MR {
             let av = ap[r];
             for c in 0..NR {

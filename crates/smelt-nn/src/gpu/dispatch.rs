@@ -45,6 +45,14 @@ impl Kernel {
         }
     }
 
+    /// A variant with valued defines (`{{NAME}}` in the source).
+    pub fn with_values(file: &'static str, defines: &[(&'static str, String)]) -> Self {
+        Kernel {
+            source: Source::File(file),
+            defines: defines.to_vec(),
+        }
+    }
+
     pub fn generated(text: String) -> Self {
         Kernel {
             source: Source::Generated(text),

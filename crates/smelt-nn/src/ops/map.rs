@@ -437,6 +437,7 @@ pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
+#[inline]
 pub fn unary(u: Unary, x: f32) -> f32 {
     match u {
         Unary::Neg => -x,
@@ -468,6 +469,7 @@ pub fn unary(u: Unary, x: f32) -> f32 {
     }
 }
 
+#[inline]
 pub fn binary(b: Binary, x: f32, y: f32) -> f32 {
     match b {
         Binary::Add => x + y,

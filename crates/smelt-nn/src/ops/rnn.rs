@@ -16,6 +16,10 @@
 //! steps backwards and give the pre-activation gradients; `W_hh`'s
 //! gradient is then one matmul of them with the shifted states
 //! (`SeqShift`).
+//!
+//! On the GPU an LSTM runs each way as one dispatch (`Sequence`: batch rows
+//! are independent, so a workgroup runs every step of its rows); the GRU,
+//! and an LSTM too wide for workgroup memory, one dispatch per step.
 
 use crate::cpu::Cx;
 use crate::cpu::gemm::{PackedB, View, gemm_packed};
@@ -507,8 +511,79 @@ pub fn gpu_lstm(s: &Shapes) -> Vec<Dispatch> {
         Bind::Out(2),
     ];
     let mut d = vec![transpose_recurrent(4 * h, h)];
-    d.extend(step_dispatches("LSTM", t, b, h, binds, 0..t));
+    match Sequence::fits(b, h, h) {
+        Some(seq) => d.push(seq.dispatch("LSTM_SEQ", t, b, h, binds)),
+        None => d.extend(step_dispatches("LSTM", t, b, h, binds, 0..t)),
+    }
     d
+}
+
+/// The layout of a whole-sequence kernel (`LSTM_SEQ`, `LSTM_GRAD_SEQ`): a
+/// workgroup of `wg` invocations (one per hidden unit, looping past `wg`)
+/// runs every step for `rows` batch rows, holding `rows × width` floats of
+/// the recurrent operand in workgroup memory.
+struct Sequence {
+    rows: usize,
+    wg: usize,
+    width: usize,
+}
+
+/// Workgroup memory WebGPU guarantees, in floats (16 KiB).
+const SHARED_FLOATS: usize = 4096;
+
+impl Sequence {
+    /// `None` when one row's operand (`width` floats) does not fit, or the
+    /// batch needs more workgroups than a dispatch has: the per-step
+    /// kernels run instead. Rows per workgroup grow with the batch (each
+    /// workgroup streams all of `W_hh` every step; small batches keep more
+    /// workgroups busy).
+    fn fits(b: usize, h: usize, width: usize) -> Option<Sequence> {
+        let wanted = match b {
+            0..=64 => 1,
+            65..=256 => 2,
+            _ => 4,
+        };
+        let rows = wanted.min(SHARED_FLOATS / width.max(1));
+        if rows == 0 || b.div_ceil(rows) > 65535 {
+            return None;
+        }
+        Some(Sequence {
+            rows,
+            wg: h.next_multiple_of(32).min(256),
+            width,
+        })
+    }
+
+    fn dispatch(
+        &self,
+        define: &'static str,
+        t: usize,
+        b: usize,
+        h: usize,
+        binds: Vec<Bind>,
+    ) -> Dispatch {
+        let p = RnnParams {
+            steps: t as u32,
+            batch: b as u32,
+            hidden: h as u32,
+            t: 0,
+        };
+        let kernel = Kernel::with_values(
+            "rnn",
+            &[
+                (define, String::new()),
+                ("ROWS", self.rows.to_string()),
+                ("WG", self.wg.to_string()),
+                ("SHARED", (self.rows * self.width).to_string()),
+            ],
+        );
+        Dispatch::new(
+            kernel,
+            bytemuck::bytes_of(&p),
+            binds,
+            [b.div_ceil(self.rows).max(1) as u32, 1, 1],
+        )
+    }
 }
 
 /// `W_hh (rows, H)` transposed into the scratch buffer, read by the
@@ -543,7 +618,10 @@ pub fn gpu_lstm_grad(s: &Shapes) -> Vec<Dispatch> {
         Bind::Out(1),
         Bind::Out(2),
     ];
-    step_dispatches("LSTM_GRAD", t, b, h, binds, (0..t).rev().chain([t]))
+    match Sequence::fits(b, h, 4 * h) {
+        Some(seq) => vec![seq.dispatch("LSTM_GRAD_SEQ", t, b, h, binds)],
+        None => step_dispatches("LSTM_GRAD", t, b, h, binds, (0..t).rev().chain([t])),
+    }
 }
 
 pub fn gpu_gru(s: &Shapes) -> Vec<Dispatch> {

@@ -332,6 +332,35 @@ pub fn cases() -> Vec<Case> {
             vec![("a", vec![4, 5], Normal), ("b", vec![4, 5], Normal)],
             |g, v| g.mse(v[0], v[1]),
         ),
+        // Over 64 rows: the whole-sequence kernels put two in a workgroup.
+        case(
+            "lstm_many_rows",
+            vec![
+                ("x", vec![3, 70, 2], Normal),
+                ("w_ih", vec![12, 2], Normal),
+                ("w_hh", vec![12, 3], Normal),
+                ("b", vec![12], Normal),
+                ("h0", vec![70, 3], Normal),
+                ("c0", vec![70, 3], Normal),
+            ],
+            |g, v| Ok(g.lstm(v[0], v[1], v[2], v[3], v[4], v[5])?.hs),
+        ),
+        // Four gates of 1025 units overflow a workgroup's memory: the GPU
+        // runs one dispatch per step instead (too many weights for finite
+        // differences).
+        Case {
+            name: "lstm_per_step",
+            inputs: vec![
+                ("x", vec![2, 1, 1], Normal),
+                ("w_ih", vec![4100, 1], Normal),
+                ("w_hh", vec![4100, 1025], Normal),
+                ("b", vec![4100], Normal),
+                ("h0", vec![1, 1025], Normal),
+                ("c0", vec![1, 1025], Normal),
+            ],
+            build: |g, v| Ok(g.lstm(v[0], v[1], v[2], v[3], v[4], v[5])?.hs),
+            fd: false,
+        },
         Case {
             name: "dropout",
             inputs: vec![("x", vec![300], Normal)],

@@ -1,6 +1,7 @@
-// LSTM and GRU steps (ops/rnn.rs): one dispatch per time step, one
-// invocation per (batch row b, hidden unit j), each recurrent dot product
-// summed over k in order from zero. The forward steps read W_hh transposed
+// LSTM and GRU steps (ops/rnn.rs). LSTM_SEQ and LSTM_GRAD_SEQ run a whole
+// sequence in one dispatch (below); the others are one dispatch per time
+// step, one invocation per (batch row b, hidden unit j), each recurrent dot
+// product summed over k in order from zero. The forward steps read W_hh transposed
 // (TRANSPOSE writes it once per run), so that neighbouring invocations
 // (neighbouring j) read neighbouring weights. Gradients run the steps
 // backwards; the dispatch with t = steps makes dh0.
@@ -65,6 +66,194 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     gates[base + h] = f;
     gates[base + 2u * h] = g;
     gates[base + 3u * h] = o;
+}
+#endif
+
+#ifdef LSTM_SEQ
+// The whole sequence in one dispatch: batch rows are independent at every
+// step, so a workgroup owns {{ROWS}} of them and runs every step itself,
+// its rows' h₋₁ in workgroup memory; invocation j computes hidden unit
+// j's four gates (one vec4) of each row, summed over k in order from zero
+// as LSTM does, and the cell update in the same pass.
+@group(0) @binding(1) var<storage, read> xp: array<f32>;          // (T, B, 4H)
+@group(0) @binding(2) var<storage, read> wt: array<f32>;          // (H, 4H): W_hh transposed
+@group(0) @binding(3) var<storage, read> h0: array<f32>;          // (B, H)
+@group(0) @binding(4) var<storage, read> c0: array<f32>;          // (B, H)
+@group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
+@group(0) @binding(6) var<storage, read_write> cs: array<f32>;    // (T, B, H)
+@group(0) @binding(7) var<storage, read_write> gates: array<f32>; // (T, B, 4H)
+
+const ROWS: u32 = {{ROWS}}u;
+const WG: u32 = {{WG}}u;
+var<workgroup> hw: array<f32, {{SHARED}}>;                        // (ROWS, H): h₋₁
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = p.hidden;
+    let b0 = wid.x * ROWS;
+    for (var e = lid; e < ROWS * h; e += WG) {
+        let b = b0 + e / h;
+        hw[e] = select(0.0, h0[min(b, p.batch - 1u) * h + e % h], b < p.batch);
+    }
+    workgroupBarrier();
+    for (var t = 0u; t < p.steps; t++) {
+        for (var j = lid; j < h; j += WG) {
+            var dot: array<vec4<f32>, {{ROWS}}>;
+            for (var k = 0u; k < h; k++) {
+                let w = k * 4u * h + j;
+                let wk = vec4<f32>(wt[w], wt[w + h], wt[w + 2u * h], wt[w + 3u * h]);
+                for (var r = 0u; r < ROWS; r++) {
+                    dot[r] += hw[r * h + k] * wk;
+                }
+            }
+            for (var r = 0u; r < ROWS; r++) {
+                let b = b0 + r;
+                if (b >= p.batch) {
+                    break;
+                }
+                let base = (t * p.batch + b) * 4u * h + j;
+                let i = sigmoid(xp[base] + dot[r].x);
+                let f = sigmoid(xp[base + h] + dot[r].y);
+                let g = tanh(xp[base + 2u * h] + dot[r].z);
+                let o = sigmoid(xp[base + 3u * h] + dot[r].w);
+                var cprev = 0.0;
+                if (t == 0u) {
+                    cprev = c0[b * h + j];
+                } else {
+                    cprev = cs[((t - 1u) * p.batch + b) * h + j];
+                }
+                let c = f * cprev + i * g;
+                let at = (t * p.batch + b) * h + j;
+                cs[at] = c;
+                hs[at] = o * tanh(c);
+                gates[base] = i;
+                gates[base + h] = f;
+                gates[base + 2u * h] = g;
+                gates[base + 3u * h] = o;
+            }
+        }
+        // Every invocation has read h₋₁; each then moves in the h it wrote.
+        workgroupBarrier();
+        for (var j = lid; j < h; j += WG) {
+            for (var r = 0u; r < ROWS; r++) {
+                let b = b0 + r;
+                if (b < p.batch) {
+                    hw[r * h + j] = hs[(t * p.batch + b) * h + j];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+}
+#endif
+
+#ifdef LSTM_GRAD_SEQ
+// The backward steps in one dispatch, batch rows split between workgroups
+// as in LSTM_SEQ: a workgroup keeps its rows' pre-activation gradients of
+// the step after in workgroup memory; invocation j sums dh over m in order
+// from zero (LSTM_GRAD's order) and writes hidden unit j's four gate
+// gradients. After step 0, dh0 is the same product of step 0's.
+@group(0) @binding(1) var<storage, read> dhs: array<f32>;         // (T, B, H)
+@group(0) @binding(2) var<storage, read> gates: array<f32>;       // (T, B, 4H)
+@group(0) @binding(3) var<storage, read> cs: array<f32>;          // (T, B, H)
+@group(0) @binding(4) var<storage, read> c0: array<f32>;          // (B, H)
+@group(0) @binding(5) var<storage, read> w: array<f32>;           // (4H, H)
+@group(0) @binding(6) var<storage, read_write> dxp: array<f32>;   // (T, B, 4H)
+@group(0) @binding(7) var<storage, read_write> dh0: array<f32>;   // (B, H)
+@group(0) @binding(8) var<storage, read_write> dc: array<f32>;    // (B, H): the running dc, then dc0
+
+const ROWS: u32 = {{ROWS}}u;
+const WG: u32 = {{WG}}u;
+var<workgroup> dw: array<f32, {{SHARED}}>;                        // (ROWS, 4H): dpre of step s + 1
+
+// Σ_m dpre[s + 1, row, m] · w[m, j] of each row, m in order.
+fn back_dots(j: u32) -> array<f32, {{ROWS}}> {
+    let h = p.hidden;
+    var acc: array<f32, {{ROWS}}>;
+    for (var m = 0u; m < 4u * h; m++) {
+        let wv = w[m * h + j];
+        for (var r = 0u; r < ROWS; r++) {
+            acc[r] += dw[r * 4u * h + m] * wv;
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let h = p.hidden;
+    let b0 = wid.x * ROWS;
+    for (var e = lid; e < ROWS * 4u * h; e += WG) {
+        dw[e] = 0.0;
+    }
+    workgroupBarrier();
+    for (var step = 0u; step < p.steps; step++) {
+        let s = p.steps - 1u - step;
+        for (var j = lid; j < h; j += WG) {
+            var dots: array<f32, {{ROWS}}>;
+            if (step > 0u) {
+                dots = back_dots(j);
+            }
+            for (var r = 0u; r < ROWS; r++) {
+                let b = b0 + r;
+                if (b >= p.batch) {
+                    break;
+                }
+                let idx = b * h + j;
+                let base = (s * p.batch + b) * 4u * h + j;
+                let i = gates[base];
+                let f = gates[base + h];
+                let g = gates[base + 2u * h];
+                let o = gates[base + 3u * h];
+                let at = (s * p.batch + b) * h + j;
+                var dh = dhs[at];
+                var dc_next = 0.0;
+                if (step > 0u) {
+                    dh = dhs[at] + dots[r];
+                    dc_next = dc[idx];
+                }
+                let c = cs[at];
+                var cprev = 0.0;
+                if (s == 0u) {
+                    cprev = c0[idx];
+                } else {
+                    cprev = cs[at - p.batch * h];
+                }
+                let tc = tanh(c);
+                let d_o = dh * tc;
+                let dcv = dc_next + dh * o * (1.0 - tc * tc);
+                dc[idx] = dcv * f;
+                dxp[base] = dcv * g * (i * (1.0 - i));
+                dxp[base + h] = dcv * cprev * (f * (1.0 - f));
+                dxp[base + 2u * h] = dcv * i * (1.0 - g * g);
+                dxp[base + 3u * h] = d_o * (o * (1.0 - o));
+            }
+        }
+        // Every invocation has read step s + 1's gradients; each then moves
+        // in the ones it wrote.
+        workgroupBarrier();
+        for (var j = lid; j < h; j += WG) {
+            for (var r = 0u; r < ROWS; r++) {
+                let b = b0 + r;
+                if (b < p.batch) {
+                    let base = (s * p.batch + b) * 4u * h + j;
+                    for (var q = 0u; q < 4u; q++) {
+                        dw[r * 4u * h + q * h + j] = dxp[base + q * h];
+                    }
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var j = lid; j < h; j += WG) {
+        let dots = back_dots(j);
+        for (var r = 0u; r < ROWS; r++) {
+            let b = b0 + r;
+            if (b < p.batch) {
+                dh0[b * h + j] = dots[r];
+            }
+        }
+    }
 }
 #endif
 
