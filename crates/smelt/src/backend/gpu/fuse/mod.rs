@@ -16,7 +16,7 @@
 //! - `rope_store`: Q's and K's ropes, then K's and V's cache writes, then
 //!   the decode attention after them; two cache writes alike;
 //! - `discard`: gate and up, or a split's first half, left unwritten
-//!   where nothing reads them.
+//!   after `Backend::discard` (the model's word that nothing reads them).
 
 mod discard;
 mod gate_up_glu;
