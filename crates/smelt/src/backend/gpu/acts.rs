@@ -1,16 +1,16 @@
 //! A matmul's activations as its kernel reads them: rounded as ggml rounds
 //! them (Q8 blocks, or Q8_K or f16 values; `quantize.wgsl`), or as the coop
 //! matmul's f16 blocks. Each is computed once per input and shared by the
-//! matmuls of that input (Q, K, V; gate, up), or written by the op before
-//! them in the same dispatch (`Pending::dispatch` with `q8`,
-//! `Pending::half_dispatch`).
+//! matmuls of that input (Q, K, V; gate, up). Each rounding is a step on
+//! the tape (`Step::RoundQ8`, `Step::Half`), which the op before it may
+//! take into its own dispatch (`fuse::round_q8`, `fuse::half_blocks`).
 
 use crate::backend::{Result, Tensor};
 use crate::quant::GgmlType;
 
 use super::GpuBackend;
-use super::kernels::copy;
 use super::kernels::quantize::{self, ActQuant};
+use super::tape::Step;
 
 /// The buffers, grown on first use of a larger batch and reused, and what
 /// they hold.
@@ -21,14 +21,15 @@ pub(super) struct Acts {
     /// `1 × capacity` F32: Q8_K- or f16-rounded values.
     vals: Option<Tensor>,
     /// Q8 blocks: quants 4 per word (`1 × capacity / 4` I32), scales and
-    /// sums (`1 × capacity / 32` F32 each). Two sets: a fused op that reads
-    /// one set's rounding (`MatVecGlu`) writes its output's to the other.
+    /// sums (`1 × capacity / 32` F32 each). Two sets, each rounding into
+    /// the other than the last: a fused op that reads one set's rounding
+    /// (`MatVecGlu`) writes its output's to the other.
     q8: [Option<[Tensor; 3]>; 2],
     /// The set that holds the cached rounding (`held`).
     q8_set: usize,
     /// `1 × capacity` F16: packed f16 activations of the cooperative-matrix
     /// matmul (`half_input`). Two sets, as `q8`: a fused op that reads one
-    /// set (`Pending::CoopGateUp`) writes its output's blocks to the other.
+    /// set (`Step::CoopGateUp`) writes its output's blocks to the other.
     half: [Option<Tensor>; 2],
     /// The set that holds the cached blocks (`held`).
     half_set: usize,
@@ -86,8 +87,7 @@ impl Acts {
 }
 
 /// `x` rounded as ggml rounds a matmul's activations for weights of type
-/// `w` (in f32 mode for `matmul::dot_decode` only), or `x` itself. The op
-/// held back whose output x is rounds it in its own dispatch where it can.
+/// `w` (in f32 mode for `matmul::dot_decode` only), or `x` itself.
 pub(super) fn matmul_input(be: &mut GpuBackend, w: GgmlType, x: Tensor) -> Result<MatIn> {
     // ggml's rounding for the weight type; the f32 mode's integer-dot
     // decode takes Q8 blocks of 32 for every type it runs.
@@ -107,37 +107,8 @@ pub(super) fn rounded_input(be: &mut GpuBackend, q: Option<ActQuant>, x: Tensor)
     };
     let key = Some((x.id, x.rows, x.cols, Held::Rounded(q)));
     let cap = be.acts.grow(x.n_elements());
-    // The held-back op whose output x is, if it rounds it in its own
-    // dispatch.
-    let fusing = be.pending.filter(|p| p.out() == x && p.rounds_output());
-    let input = if q == ActQuant::Q8 {
-        let set = match fusing {
-            Some(p) if p.reads_q8() => 1 - be.acts.q8_set,
-            _ => be.acts.q8_set,
-        };
-        let bufs = match be.acts.q8[set] {
-            Some(b) => b,
-            None => {
-                let b = [
-                    be.alloc_tensor(GgmlType::I32, 1, cap / 4)?,
-                    be.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
-                    be.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
-                ];
-                be.acts.q8[set] = Some(b);
-                b
-            }
-        };
-        if set != be.acts.q8_set {
-            be.acts.q8_set = set;
-            be.acts.held = None;
-        }
-        let n = x.n_elements();
-        MatIn::Q8([
-            bufs[0].reshape(1, n / 4),
-            bufs[1].reshape(1, n / 32),
-            bufs[2].reshape(1, n / 32),
-        ])
-    } else {
+    let n = x.n_elements();
+    if q != ActQuant::Q8 {
         let vals = match be.acts.vals {
             Some(v) => v,
             None => {
@@ -146,28 +117,42 @@ pub(super) fn rounded_input(be: &mut GpuBackend, q: Option<ActQuant>, x: Tensor)
                 v
             }
         };
-        MatIn::F32(vals.reshape(x.rows, x.cols))
+        let vals = vals.reshape(x.rows, x.cols);
+        if be.acts.held != key {
+            be.run(quantize::values(q, x, vals))?;
+            be.acts.held = key;
+        }
+        return Ok(MatIn::F32(vals));
+    }
+    let fresh = be.acts.held != key;
+    let set = if fresh {
+        1 - be.acts.q8_set
+    } else {
+        be.acts.q8_set
     };
-    let fused = fusing.zip(match &input {
-        MatIn::Q8(bufs) => Some(*bufs),
-        MatIn::F32(_) => None,
-    });
-    if let Some((p, bufs)) = fused {
-        // The op and the rounding in one dispatch.
-        be.pending = None;
-        let d = p.dispatch(Some(bufs), be.aux());
-        be.run(d)?;
+    let bufs = match be.acts.q8[set] {
+        Some(b) => b,
+        None => {
+            let b = [
+                be.alloc_tensor(GgmlType::I32, 1, cap / 4)?,
+                be.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
+                be.alloc_tensor(GgmlType::F32, 1, cap / 32)?,
+            ];
+            be.acts.q8[set] = Some(b);
+            b
+        }
+    };
+    let q8 = [
+        bufs[0].reshape(1, n / 4),
+        bufs[1].reshape(1, n / 32),
+        bufs[2].reshape(1, n / 32),
+    ];
+    if fresh {
+        be.acts.q8_set = set;
+        be.record(Step::RoundQ8 { x, q8 });
         be.acts.held = key;
     }
-    if be.acts.held != key {
-        let d = match &input {
-            MatIn::Q8(bufs) => quantize::q8(x, *bufs),
-            MatIn::F32(vals) => quantize::values(q, x, *vals),
-        };
-        be.run(d)?;
-        be.acts.held = key;
-    }
-    Ok(input)
+    Ok(MatIn::Q8(q8))
 }
 
 /// `x` as packed f16 for `matmul_coop.wgsl`, which would round it so
@@ -179,10 +164,11 @@ pub(super) fn rounded_input(be: &mut GpuBackend, q: Option<ActQuant>, x: Tensor)
 pub(super) fn half_input(be: &mut GpuBackend, x: Tensor) -> Result<Tensor> {
     let cap = be.acts.grow(x.n_elements());
     let key = Some((x.id, x.rows, x.cols, Held::Half));
-    let held = be.pending.filter(|p| p.out() == x);
-    let set = match held {
-        Some(p) if be.acts.held != key && p.reads_half() => 1 - be.acts.half_set,
-        _ => be.acts.half_set,
+    let fresh = be.acts.held != key;
+    let set = if fresh {
+        1 - be.acts.half_set
+    } else {
+        be.acts.half_set
     };
     let half = match be.acts.half[set] {
         Some(t) => t,
@@ -193,18 +179,9 @@ pub(super) fn half_input(be: &mut GpuBackend, x: Tensor) -> Result<Tensor> {
         }
     };
     let half = half.reshape(x.rows, x.cols);
-    if be.acts.held != key {
+    if fresh {
         be.acts.half_set = set;
-        // The op held back whose output x is writes both, if it can.
-        let (f, aux) = (be.ctx.features, be.aux());
-        let d = match held.and_then(|p| p.half_dispatch(half, f, aux)) {
-            Some(d) => {
-                be.pending = None;
-                d
-            }
-            None => copy::half_blocks(x, half),
-        };
-        be.run(d)?;
+        be.record(Step::Half { x, half });
         be.acts.held = key;
     }
     Ok(half)

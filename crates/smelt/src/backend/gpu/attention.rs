@@ -1,12 +1,12 @@
 //! The attention op on the GPU: its kernel limits, then which kernel.
 //!
 //! - Prefill (more than `ATTENTION_ROWS_MIN` rows): on cooperative
-//!   matrices with an F16 cache (`attention_coop`, held back for the
-//!   matmul of its output to take its f16 blocks), or four invocations per
+//!   matrices with an F16 cache (`attention_coop`, a step that may write
+//!   the next matmul's f16 blocks too: `fuse::half_blocks`), or four invocations per
 //!   (head, row) (`AttentionQuads`), or one (`AttentionRows`).
-//! - Decode: a workgroup per (row, head), held back for the next matmul's
-//!   Q8 rounding, with the ropes and cache writes before it joined where
-//!   they can be (`AttentionRope`).
+//! - Decode: a workgroup per (row, head), a step that the ropes and cache
+//!   writes before it and the next matmul's Q8 rounding may join
+//!   (`fuse::rope_store`, `fuse::round_q8`).
 
 use crate::backend::{AttentionParams, Op, Result};
 use crate::quant::GgmlType::{F16, Q4_0, Q8_0};
@@ -16,8 +16,8 @@ use super::kernels::attention::{self, AttentionKernel, Operands, Params};
 use super::kernels::attention_coop::{
     AttentionCoop, COOP_ATTENTION_HEAD_DIMS, CoopAttention, coop_attention_heads,
 };
-use super::pending::{self, Pending};
-use super::{GpuBackend, fusion, limit};
+use super::tape::Step;
+use super::{GpuBackend, limit};
 
 /// Largest head the attention kernel holds (its rows' kernel keeps a row in
 /// registers; decode: up to 4 dims per invocation of its workgroup).
@@ -71,21 +71,13 @@ pub(super) fn attention(be: &mut GpuBackend, t: Operands, p: &AttentionParams) -
     if q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4) {
         return prefill(be, t, p, params);
     }
-    // The ropes and cache writes just held, joined where they can be.
-    let rope = fusion::rope_store_for_attention(be, t, (p.n_heads, p.n_kv_heads, p.head_dim));
-    let held = Pending::Attention {
+    be.record(Step::Attention {
         t,
         params,
         groups: (q.rows * p.n_heads) as u64,
-        rope,
-    };
-    // Held for the next matmul's Q8 rounding to join when a head is whole
-    // blocks of 32.
-    if p.head_dim.is_multiple_of(32) {
-        return pending::defer(be, held);
-    }
-    let d = held.dispatch(None, be.aux());
-    be.run(d)
+        rope: None,
+    });
+    Ok(())
 }
 
 fn prefill(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params) -> Result<()> {
@@ -104,16 +96,15 @@ fn prefill(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params
         && k_cache.rows >= f.coop as usize
     {
         let groups = q.rows.div_ceil(f.coop as usize) * p.n_heads / heads as usize;
-        // Held for the next coop matmul of its output to have it write
-        // its f16 blocks too.
-        let held = CoopAttention {
+        let step = CoopAttention {
             head_dim,
             heads,
             t,
             params,
             groups: groups as u64,
         };
-        return pending::defer(be, Pending::CoopAttention(held));
+        be.record(Step::CoopAttention(step));
+        return Ok(());
     }
     let quads = AttentionKernel::AttentionQuads { kv, head_dim };
     let (kernel, groups) = if p.head_dim.is_multiple_of(16) && quads.builds_with(f) {

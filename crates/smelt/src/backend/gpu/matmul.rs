@@ -4,11 +4,11 @@
 //!
 //! - Up to `MATVEC_MAX_TOKENS` tokens: a mat-vec (`matvec`), or in ggml's
 //!   mode the legacy quants' integer lanes (`matmul_q8`), or in the f32
-//!   mode the quants on Q8 blocks (`matvec_blocks`, held back for the
-//!   residual add after it).
+//!   mode the quants on Q8 blocks (`matvec_blocks`, a step the residual
+//!   add after it may join).
 //! - Above: 64 × 64 tiles (`matmul`), or cooperative matrices
 //!   (`matmul_coop`) on the adapter's tiles, split along k where the tiles
-//!   are too few, and gate and up held back for the GLU after them.
+//!   are too few, and gate and up a step the GLU after them may join.
 
 use crate::backend::check as contract;
 use crate::backend::{Backend, BackendError, Op, Result, Tensor};
@@ -18,8 +18,10 @@ use super::acts::{self, MatIn};
 use super::kernels::elementwise::Elementwise;
 use super::kernels::matmul_coop::{self, CoopGateUp, CoopTile, Multi};
 use super::kernels::matvec_blocks::{self, DotIn};
+use super::kernels::split_sums::Split;
 use super::kernels::{Family, matmul_q8, matvec};
-use super::{GpuBackend, MATVEC_MAX_TOKENS, fusion, kernels};
+use super::tape::Step;
+use super::{GpuBackend, MATVEC_MAX_TOKENS, kernels};
 
 /// Whether a matmul of `x` by a `w` weight is a decode (f32 mode) on
 /// Q8-rounded activations with integer dot products (`MatVecDot`,
@@ -32,14 +34,15 @@ pub(super) fn dot_decode(be: &GpuBackend, w: GgmlType, x: Tensor) -> bool {
 /// computing its columns of `out` from one shared rounding of `x`.
 pub(super) fn matmul(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
     match be.buffers.parts(w).map(<[_]>::to_vec) {
-        // Held for a residual add after it to join.
+        // A step for a residual add after it to join.
         None if dot_decode(be, w.dtype, x) && x.id != out.id => {
             let MatIn::Q8(q8) = acts::matmul_input(be, w.dtype, x)? else {
                 return Err(BackendError::Other(
                     "matmul: Q8 activations expected".into(),
                 ));
             };
-            fusion::hold_matvec(be, w, q8, out)
+            be.record(Step::MatVec { w, x: q8, out });
+            Ok(())
         }
         None => matmul_cols(be, w, x, out, 0),
         Some(parts) => parts
@@ -49,7 +52,7 @@ pub(super) fn matmul(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor) -> 
 }
 
 /// `outs[i] = x · ws[i]ᵀ`: as one dispatch where the kernels can
-/// (`MatVecMulti`, coop multi dispatches, gate and up held for the GLU),
+/// (`MatVecMulti`, coop multi dispatches, gate and up for the GLU),
 /// each on its own otherwise.
 pub(super) fn matmuls(
     be: &mut GpuBackend,
@@ -57,9 +60,10 @@ pub(super) fn matmuls(
     x: Tensor,
     outs: &[Tensor],
 ) -> Result<()> {
-    // Gate and up on cooperative matrices: held for the GLU after them.
+    // Gate and up on cooperative matrices, for the GLU after them.
     if let Some(g) = coop_gate_up(be, ws, x, outs)? {
-        return fusion::hold_coop_gate_up(be, g);
+        be.record(Step::CoopGateUp(g));
+        return Ok(());
     }
     let coop = multi_coop(be, ws, x, outs);
     if coop.is_none() && !multi_matvec(be, ws, x, outs) {
@@ -96,27 +100,35 @@ pub(super) fn matmuls(
         }
         _ => None,
     };
-    // The rms_norm held back whose output x is, taken in; or x's Q8
-    // rounding.
-    let input = match fusion::norm_for_matvec(be, (ws[0].dtype, x), outs, gate_up.is_some()) {
-        Some(norm) => DotIn::Norm(norm),
-        None => {
-            let MatIn::Q8([xq, xd, _]) = acts::matmul_input(be, ws[0].dtype, x)? else {
-                return Err(BackendError::Other(
-                    "matmuls: Q8 activations expected".into(),
-                ));
-            };
-            DotIn::Q8([xq, xd])
-        }
+    // x's Q8 rounding (the norm before it may take its place:
+    // `fuse::norm_matvec`).
+    let MatIn::Q8([xq, xd, _]) = acts::matmul_input(be, ws[0].dtype, x)? else {
+        return Err(BackendError::Other(
+            "matmuls: Q8 activations expected".into(),
+        ));
     };
-    for &out in outs {
-        be.acts.wrote(out);
+    let x_in = DotIn::Q8([xq, xd]);
+    if let Some((w, outs)) = gate_up {
+        be.record(Step::GateUp {
+            w,
+            x: x_in,
+            outs,
+            glu: None,
+        });
+        return Ok(());
     }
-    // Gate and up: held for the GLU after them to join.
-    if let Some((w, o)) = gate_up {
-        return fusion::hold_gate_up(be, w, input, o);
-    }
-    be.run(matvec_blocks::multi(ws, input, outs, x.rows))
+    let n = ws.len();
+    let (mut w, mut o) = ([ws[0]; 3], [outs[0]; 3]);
+    w[..n].copy_from_slice(ws);
+    o[..n].copy_from_slice(outs);
+    be.record(Step::MatVecs {
+        w,
+        outs: o,
+        n,
+        x: x_in,
+        rows: x.rows,
+    });
+    Ok(())
 }
 
 /// Whether `matmuls` can be one `MatVecMulti` dispatch: decode (up to
@@ -150,7 +162,7 @@ fn multi_coop(
     CoopTile::group(f.coop, &rows, x.rows, be.ctx.coop_huge)
 }
 
-/// Gate and up as `Pending::CoopGateUp`: prefill on cooperative
+/// Gate and up as `Step::CoopGateUp`: prefill on cooperative
 /// matrices, as `multi_coop` takes it, of two weights of the same rows
 /// (a multiple of 32), each on huge tiles, joined in one buffer; None
 /// for anything else.
@@ -281,8 +293,8 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
             if tile.parts() == 1 {
                 return be.run(matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), None));
             }
-            // The second half's sums, then added to the first's, held
-            // for the residual add after it (`Pending::SplitSums`).
+            // The second half's sums, then added to the first's, a step
+            // for the residual add after it to join (`Step::SplitSums`).
             let sums = acts::split_sums(be, len)?.reshape(n, m);
             be.run(matmul_coop::one(
                 t,
@@ -290,7 +302,9 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
                 (tile, f.coop),
                 Some(sums),
             ))?;
-            fusion::hold_split_sums(be, out, sums)
+            let keep = true;
+            be.record(Step::SplitSums(Split { out, sums, keep }));
+            Ok(())
         }
         MatIn::F32(x) => be.run(kernels::matmul::dispatch(w, x, out, o0, row_bytes)),
     }

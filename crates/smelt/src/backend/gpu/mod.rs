@@ -5,8 +5,10 @@
 //!   variants, named bindings, typed parameters and dispatch builders;
 //! - ops (this file, `matmul.rs`, `attention.rs`, `moe.rs`, `acts.rs`): the
 //!   contract's ops, each checked, then turned into dispatches;
-//! - fusion (`pending.rs`, `fusion.rs`): an op held back and recorded with
-//!   the next one when the two fuse.
+//! - the tape (`tape.rs`): ops recorded as `Step` values until a read,
+//!   write or sync;
+//! - fusion (`fuse/`): the pass that turns the tape into dispatches, one
+//!   pattern rule per file joining neighbouring steps.
 //!
 //! Below them, `recorder` (the open encoder, the parameter arena, bind
 //! groups), `pipelines` (the pipeline cache), `buffers` (a device buffer
@@ -19,15 +21,15 @@ mod acts;
 mod attention;
 mod buffers;
 mod context;
-mod fusion;
+mod fuse;
 pub mod kernels;
 mod matmul;
 mod memory;
 mod moe;
-mod pending;
 mod pipelines;
 mod recorder;
 mod tables;
+mod tape;
 
 pub use context::{
     AdapterReport, Context, GpuOptions, adapters, best_hardware, best_hardware_of, hardware_by_rank,
@@ -46,11 +48,10 @@ use crate::quant::GgmlType::{self, F16, F32, Q4_0, Q8_0};
 use acts::Acts;
 use buffers::Buffers;
 use kernels::elementwise::{self, Elementwise};
-use kernels::matvec_blocks::MatVecBlocks;
 use kernels::{Aux, Dispatch, copy, norm, softmax};
-use pending::Pending;
 use pipelines::PipelineCache;
 use recorder::Recorder;
+use tape::Step;
 
 /// Up to this many tokens a matmul of the f32 mode runs as mat-vecs, the
 /// tokens of a row group next to each other so that its weights come
@@ -71,9 +72,9 @@ pub struct GpuBackend {
     tables: Tensor,
     /// Rounded activations for matmuls, and what they hold.
     acts: Acts,
-    /// An op not yet dispatched, for the next to join (`Pending`); anything
-    /// else dispatches it as it is first.
-    pending: Option<Pending>,
+    /// The ops recorded since the last read, write or sync (`tape.rs`),
+    /// reused from one forward to the next.
+    tape: Vec<Step>,
 }
 
 impl GpuBackend {
@@ -107,7 +108,7 @@ impl GpuBackend {
             dummy,
             tables,
             acts: Acts::default(),
-            pending: None,
+            tape: Vec::new(),
         })
     }
 
@@ -143,26 +144,47 @@ impl GpuBackend {
         self.rec.kernels_run()
     }
 
-    /// Records `d`, after the op held back (whatever `d` is, that op
-    /// comes first).
+    /// Records `d` on the tape.
     fn run(&mut self, d: Dispatch) -> Result<()> {
-        pending::flush(self)?;
-        if !writes_only_its_outputs(d.kernel) {
-            // Any other op may write the tensor whose rounding is cached.
+        for t in &d.bound {
+            self.buffers.get(*t)?;
+        }
+        self.record(Step::Dispatch(d));
+        Ok(())
+    }
+
+    /// Records `step` on the tape: what it writes no longer holds the
+    /// rounded activations cached of it.
+    fn record(&mut self, step: Step) {
+        step.writes(|t| self.acts.wrote(t));
+        self.tape.push(step);
+    }
+
+    /// The fusion pass over the tape, its dispatches recorded into the
+    /// open encoder.
+    fn flush(&mut self) -> Result<()> {
+        if self.tape.is_empty() {
+            return Ok(());
+        }
+        let cx = fuse::Cx {
+            features: self.ctx.features,
+            quantize_activations: self.ctx.quantize_activations,
+            max_storage_buffers: self.ctx.limits.max_storage_buffers_per_shader_stage,
+            aux: self.aux(),
+        };
+        let passed = fuse::pass(&mut self.tape, &cx, |d| {
+            emit(
+                &self.ctx,
+                &self.buffers,
+                &mut self.pipelines,
+                &mut self.rec,
+                d,
+            )
+        })?;
+        if passed.dropped_rounding {
             self.acts.forget();
         }
-        let mut bound = Vec::with_capacity(d.bound.len());
-        for t in &d.bound {
-            bound.push((t.id, self.buffers.get(*t)?.binding()));
-        }
-        self.rec.record(
-            &self.ctx,
-            &mut self.pipelines,
-            d.kernel,
-            &d.params,
-            &bound,
-            d.groups,
-        )
+        Ok(())
     }
 
     /// Tensors a dispatch may bind besides its own.
@@ -227,34 +249,26 @@ impl GpuBackend {
         }
     }
 
-    /// `out = op(gate) · up`: joining the gate and up held back, or held
-    /// back itself for what the next matmul reads of `out`.
-    fn glu(&mut self, op: Elementwise, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
-        if fusion::glu_of_gate_up(self, op, gate, up, out) {
-            return Ok(());
-        }
-        pending::defer(self, Pending::Glu { op, gate, up, out })
+    /// `out = op(gate) · up`.
+    fn glu(&mut self, op: Elementwise, gate: Tensor, up: Tensor, out: Tensor) {
+        self.record(Step::Glu { op, gate, up, out });
     }
 }
 
-/// Whether a kernel writes only the outputs its callers report
-/// (`Acts::wrote`), so that the cached rounding of another tensor stays.
-fn writes_only_its_outputs(kernel: Kernel) -> bool {
-    matches!(
-        kernel,
-        Kernel::MatVec(_)
-            | Kernel::MatMulId(_)
-            | Kernel::MatVecBlocks(
-                MatVecBlocks::MatVecMulti { .. }
-                    | MatVecBlocks::MatVecDot { .. }
-                    | MatVecBlocks::MatVecDotId { .. }
-            )
-            | Kernel::MatMul(_)
-            | Kernel::MatMulCoop(_)
-            | Kernel::MatQ8(_)
-            | Kernel::Quantize(_)
-            | Kernel::SplitSums(_)
-    )
+/// Records dispatch `d` into the open encoder, its tensors bound by their
+/// buffers.
+fn emit(
+    ctx: &Context,
+    buffers: &Buffers,
+    pipelines: &mut PipelineCache,
+    rec: &mut Recorder,
+    d: Dispatch,
+) -> Result<()> {
+    let mut bound = Vec::with_capacity(d.bound.len());
+    for t in &d.bound {
+        bound.push((t.id, buffers.get(*t)?.binding()));
+    }
+    rec.record(ctx, pipelines, d.kernel, &d.params, &bound, d.groups)
 }
 
 /// A limit of the GPU kernels beyond the contract.
@@ -272,7 +286,7 @@ fn limit(op: Op, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
 /// The contract's ops: each runs the contract's shared shape and type
 /// checks (`backend::check`, the same the CPU runs), then the kernels' own
 /// limits (a bad call is an error, never a panic or an out-of-bounds
-/// dispatch), then its dispatches, or holds itself back to fuse.
+/// dispatch), then records itself on the tape.
 impl Backend for GpuBackend {
     fn name(&self) -> String {
         // As llama-bench names a device: the API, then the adapter.
@@ -327,12 +341,17 @@ impl Backend for GpuBackend {
     }
 
     fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
-        fusion::discard_held(self, ts);
+        for chunk in ts.chunks(2) {
+            let mut two = [chunk[0]; 2];
+            two[..chunk.len()].copy_from_slice(chunk);
+            let n = chunk.len();
+            self.record(Step::Discard { ts: two, n });
+        }
         Ok(())
     }
 
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {
-        pending::flush(self)?;
+        self.flush()?;
         let slot = self.buffers.get(t)?;
         if bytes.len() as u64 > slot.bytes {
             return Err(BackendError::Other(format!(
@@ -349,7 +368,7 @@ impl Backend for GpuBackend {
     }
 
     fn read(&mut self, t: Tensor, out: &mut [u8]) -> Result<()> {
-        pending::flush(self)?;
+        self.flush()?;
         let slot = self.buffers.get(t)?;
         if out.len() as u64 > slot.bytes {
             return Err(BackendError::Other(format!(
@@ -363,7 +382,7 @@ impl Backend for GpuBackend {
     }
 
     fn read_all(&mut self, ts: &[Tensor], out: &mut [u8]) -> Result<()> {
-        pending::flush(self)?;
+        self.flush()?;
         let mut parts = Vec::with_capacity(ts.len());
         for &t in ts {
             let slot = self.buffers.get(t)?;
@@ -387,7 +406,7 @@ impl Backend for GpuBackend {
     }
 
     fn synchronize(&mut self) -> Result<()> {
-        pending::flush(self)?;
+        self.flush()?;
         self.rec.wait(&self.ctx)
     }
 
@@ -425,19 +444,16 @@ impl Backend for GpuBackend {
                 dst.cols
             )
         })?;
-        // Held back for V's write to join K's (the same arithmetic).
-        fusion::set_rows_paired(self, src, ids, dst)
+        self.record(Step::SetRows { src, ids, dst });
+        Ok(())
     }
 
     fn rms_norm(&mut self, x: Tensor, weight: Option<Tensor>, eps: f32, out: Tensor) -> Result<()> {
         contract::rms_norm(x, weight, out)?;
-        // Held back for fusing with the next matmul's Q8 rounding
-        // (`acts::matmul_input`); any other use dispatches it first (`run`).
         if let Some(w) = weight {
-            if fusion::norm_of_pending_add(self, x, w, eps, out) {
-                return Ok(());
-            }
-            return pending::defer(self, Pending::Norm { x, w, eps, out });
+            let q8 = None;
+            self.record(Step::Norm { x, w, eps, out, q8 });
+            return Ok(());
         }
         self.run(norm::rms_norm(x, None, eps, out, None))
     }
@@ -456,8 +472,8 @@ impl Backend for GpuBackend {
                 )
             },
         )?;
-        // Held back for K's rope to join Q's (the same arithmetic).
-        fusion::rope_paired(self, x, pos, p, out)
+        self.record(Step::Rope { x, pos, p: *p, out });
+        Ok(())
     }
 
     fn matmul(&mut self, w: Tensor, x: Tensor, out: Tensor) -> Result<()> {
@@ -487,13 +503,11 @@ impl Backend for GpuBackend {
 
     fn add(&mut self, a: Tensor, b: Tensor, out: Tensor) -> Result<()> {
         contract::binary(Op::Add, a, b, out)?;
-        // A residual add: into the mat-vec before it, or an rms_norm of
-        // the sum may follow (`AddRmsNorm`).
+        // A residual add, for `fuse::residual` (f32 mode).
         if !self.ctx.quantize_activations && a.rows == b.rows && a.cols == b.cols {
-            if fusion::matvec_with_residual(self, a, b, out)? {
-                return Ok(());
-            }
-            return fusion::defer_add(self, a, b, out);
+            let split = None;
+            self.record(Step::Add { a, b, out, split });
+            return Ok(());
         }
         self.run(elementwise::dispatch(
             Elementwise::Add,
@@ -533,12 +547,14 @@ impl Backend for GpuBackend {
 
     fn silu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
         contract::glu(Op::SiluMul, gate, up, out)?;
-        self.glu(Elementwise::SiluMul, gate, up, out)
+        self.glu(Elementwise::SiluMul, gate, up, out);
+        Ok(())
     }
 
     fn gelu_mul(&mut self, gate: Tensor, up: Tensor, out: Tensor) -> Result<()> {
         contract::glu(Op::GeluMul, gate, up, out)?;
-        self.glu(Elementwise::GeluMul, gate, up, out)
+        self.glu(Elementwise::GeluMul, gate, up, out);
+        Ok(())
     }
 
     fn softmax(&mut self, x: Tensor, out: Tensor) -> Result<()> {

@@ -84,7 +84,7 @@ pub enum AttentionKernel {
     /// (decode).
     Attention(GgmlType),
     /// Decode attention that also rounds its output to Q8 blocks for the
-    /// matmul after it (`Pending::Attention`).
+    /// matmul after it (`fuse::round_q8`).
     AttentionQ8(GgmlType),
     /// Decode attention of one row (f32 mode) that first ropes its Q and K
     /// heads and writes K's and V's cache rows (`RopeStore` joined), then

@@ -135,8 +135,8 @@ fn fragment_code(fs: u32, hd: u32) -> [(&'static str, String); 6] {
     ]
 }
 
-/// Prefill attention on cooperative matrices, held back
-/// (`Pending::CoopAttention`): its kernel's head size and heads a
+/// Prefill attention on cooperative matrices, a step of the tape
+/// (`Step::CoopAttention`): its kernel's head size and heads a
 /// workgroup, its tensors, parameters and workgroups.
 #[derive(Clone, Copy)]
 pub struct CoopAttention {

@@ -494,7 +494,7 @@ pub fn multi(
 }
 
 /// Gate and up on cooperative matrices, joined (prefill, f32 mode;
-/// `Multi::Glu`), held back (`Pending::CoopGateUp`): the weights, the
+/// `Multi::Glu`), a step of the tape (`Step::CoopGateUp`): the weights, the
 /// joint buffer that holds them and the blocks where each starts in it,
 /// the input's f16 blocks, the outputs, the GLU that joined (op, output),
 /// and the tile (rows × tokens) and w's row stride.

@@ -310,7 +310,7 @@ pub enum DotIn {
     Norm(NormJoin),
 }
 
-/// `out = rms_norm(x) · w` (`Pending::Norm`), taken into the mat-vecs of
+/// `out = rms_norm(x) · w` (`Step::Norm`; `fuse::norm_matvec`), taken into the mat-vecs of
 /// its output.
 #[derive(Clone, Copy)]
 pub struct NormJoin {

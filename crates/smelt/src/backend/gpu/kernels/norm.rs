@@ -124,8 +124,8 @@ pub fn rms_norm(
     }
 }
 
-/// `sum = a + b`, then `rms_norm(sum, w, eps, out)`, held back
-/// (`Pending::AddNorm`); with `split`, b is a split matmul's first half.
+/// `sum = a + b`, then `rms_norm(sum, w, eps, out)`, joined on the tape
+/// (`Step::AddNorm`); with `split`, b is a split matmul's first half.
 #[derive(Clone, Copy)]
 pub struct AddNorm {
     pub a: Tensor,
@@ -140,7 +140,7 @@ pub struct AddNorm {
 impl AddNorm {
     /// Its dispatch, with `half` (the next matmul's f16 blocks) written
     /// too (`AddRmsNormHalf`), which then takes a split's sums in; without
-    /// it, after the split's own adds (`Pending::before`).
+    /// it, after the split's own adds (`Step::lower`).
     pub fn call(self, half: Option<Tensor>) -> Dispatch {
         let out = self.out;
         let (rows, cols) = (out.rows as u32, out.cols as u32);

@@ -20,7 +20,7 @@ kernel_params! {
 }
 
 /// With `sums`, the addend a split matmul's first half, its second half's
-/// sums added in (`Pending::SplitSums`).
+/// sums added in (`Step::SplitSums`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AddRmsNormHalf {
     pub sums: bool,

@@ -35,7 +35,7 @@ impl Family for SplitSums {
 }
 
 /// A split matmul's first half's output and its second half's sums, not
-/// yet added (`Pending::SplitSums`).
+/// yet added (`Step::SplitSums`).
 #[derive(Clone, Copy)]
 pub struct Split {
     pub out: Tensor,
