@@ -2,8 +2,9 @@
 //! (`tests/serve/tools_client.py`): a call, its result, an answer,
 //! streaming and not, on SmolLM2 with its own template (which knows no
 //! tools: the generic JSON format) and with real templates of each
-//! format: Hermes `<tool_call>`, Llama 3.1 JSON and Mistral `[TOOL_CALLS]`
-//! (JSON, and Small 3.2's `name[ARGS]{...}`).
+//! format: Hermes `<tool_call>`, Llama 3.1 JSON, Mistral `[TOOL_CALLS]`
+//! (JSON, and Small 3.2's `name[ARGS]{...}`) and Gemma 4's
+//! `<|tool_call>call:name{key:<|"|>text<|"|>}<tool_call|>`.
 
 mod serve_support;
 
@@ -64,4 +65,12 @@ fn tool_calls_in_mistral_format() {
 #[test]
 fn tool_calls_in_mistral_args_format() {
     round_trip(Some("Mistral-Small-3.2-24B-Instruct-2506"), &[0, 2]);
+}
+
+#[test]
+fn tool_calls_in_gemma_format() {
+    // Gemma 4's template goes on in the model's turn after the tool's
+    // result; SmolLM2 there copies the template's markup and calls again
+    // (`<|tool_call>`): with `<` (44) and its end tokens banned it answers.
+    round_trip(Some("google-gemma-4-31B-it"), &[0, 2, 44]);
 }

@@ -160,6 +160,7 @@ fn required_tool_calls_read_back() {
         ToolFormat::Generic,
         ToolFormat::MistralJson,
         ToolFormat::MistralArgs,
+        ToolFormat::Gemma,
     ] {
         let spec = GrammarSpec::Lark(call_grammar(format, &tools).unwrap());
         for seed in 1..=3 {
@@ -175,5 +176,58 @@ fn required_tool_calls_read_back() {
                 "{text}"
             );
         }
+    }
+}
+
+/// Gemma 4's calls are not JSON: the grammar built from a schema keeps
+/// its keys sorted, the required ones present, enums and types to the
+/// schema, and what it samples reads back as JSON arguments of that schema.
+#[test]
+fn required_gemma_calls_follow_the_schema() {
+    use smelt::chat::tools::{ToolFormat, call_grammar, parse};
+    let tokenizer = smollm2();
+    let grammars = Grammars::new(Arc::clone(&tokenizer)).unwrap();
+    let tools = [json!({"type": "function", "function": {
+        "name": "book",
+        "parameters": {"type": "object", "properties": {
+            "zone": {"enum": ["UTC", "CET"]},
+            "nights": {"type": "integer"},
+            "city": {"type": "string", "maxLength": 8},
+            "late": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 4}},
+            "guest": {"type": "object", "properties": {"age": {"type": "number"}},
+                      "required": ["age"]}},
+        "required": ["city", "zone"]}}})];
+    let spec = GrammarSpec::Lark(call_grammar(ToolFormat::Gemma, &tools).unwrap());
+    for seed in 1..=6 {
+        let (text, ended) = sample(&grammars, &tokenizer, &spec, seed, 400);
+        assert!(ended, "{text:?}");
+        let (content, calls) = parse(ToolFormat::Gemma, &text, &mut || "abcdefghi".into());
+        assert_eq!((content.as_str(), calls.len()), ("", 1), "{text:?}");
+        assert_eq!(calls[0].name, "book");
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        let args = args.as_object().unwrap();
+        assert!(
+            args["city"].as_str().unwrap().chars().count() <= 8,
+            "{text}"
+        );
+        assert!(
+            ["UTC", "CET"].contains(&args["zone"].as_str().unwrap()),
+            "{text}"
+        );
+        for (key, value) in args {
+            let fits = match key.as_str() {
+                "city" | "zone" => true,
+                "nights" => value.is_i64(),
+                "late" => value.is_boolean(),
+                "tags" => value.as_array().unwrap().iter().all(|t| t.is_string()),
+                "guest" => value["age"].is_number(),
+                _ => false,
+            };
+            assert!(fits, "{key}: {text}");
+        }
+        // Written in the template's order (serde_json keeps the text's).
+        let keys: Vec<&String> = args.keys().collect();
+        assert!(keys.is_sorted(), "{text}");
     }
 }

@@ -10,6 +10,7 @@
 //! prints them (`None`, `True`, `{'a': 1}`).
 
 mod builtin;
+mod gemma_call;
 mod pyfmt;
 mod strftime;
 pub mod tools;

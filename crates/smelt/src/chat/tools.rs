@@ -21,6 +21,8 @@
 
 use serde_json::{Map, Value, json};
 
+use super::gemma_call;
+
 /// How a template's model writes tool calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolFormat {
@@ -265,7 +267,7 @@ pub fn parse(
                 let Some(end) = body.find("<tool_call|>") else {
                     break;
                 };
-                let Some((name, args)) = gemma_call(&body[..end]) else {
+                let Some((name, args)) = gemma_call::read(&body[..end]) else {
                     break;
                 };
                 content.push_str(&rest[..at]);
@@ -290,46 +292,6 @@ fn name_and_args(json_text: &str, args_key: &str) -> Option<(String, Value)> {
         _ => return None,
     };
     Some((name, args))
-}
-
-/// Gemma 4's `f{key:<|"|>text<|"|>,n:1,list:[1,2]}` → (f, arguments): its
-/// strings are fenced by `<|"|>` and its keys bare; turned into JSON.
-fn gemma_call(text: &str) -> Option<(String, Value)> {
-    let brace = text.find('{')?;
-    let name = text[..brace].trim();
-    if name.is_empty() {
-        return None;
-    }
-    let mut json = String::new();
-    let mut rest = &text[brace..];
-    // Outside strings: quote bare keys (a word before `:`).
-    while !rest.is_empty() {
-        if let Some(after) = rest.strip_prefix("<|\"|>") {
-            let end = after.find("<|\"|>")?;
-            json.push_str(&Value::String(after[..end].to_string()).to_string());
-            rest = &after[end + "<|\"|>".len()..];
-            continue;
-        }
-        let c = rest.chars().next()?;
-        if c.is_alphabetic() || c == '_' {
-            let word_len = rest
-                .find(|ch: char| !(ch.is_alphanumeric() || ch == '_'))
-                .unwrap_or(rest.len());
-            let word = &rest[..word_len];
-            let key = rest[word_len..].trim_start().starts_with(':');
-            match (key, word) {
-                (true, _) => json.push_str(&Value::String(word.to_string()).to_string()),
-                (false, "true" | "false" | "null") => json.push_str(word),
-                (false, _) => json.push_str(&Value::String(word.to_string()).to_string()),
-            }
-            rest = &rest[word_len..];
-            continue;
-        }
-        json.push(c);
-        rest = &rest[c.len_utf8()..];
-    }
-    let args: Value = serde_json::from_str(&json).ok()?;
-    args.is_object().then(|| (name.to_string(), args))
 }
 
 /// A Lark grammar whose every sentence is one call, in `format`, of one of
@@ -408,9 +370,8 @@ pub fn call_grammar(format: ToolFormat, tools: &[Value]) -> Option<String> {
             }
             format!("start: \"[TOOL_CALLS]\" call\ncall: {}", calls.join(" | "))
         }
-        // Gemma 4's arguments are not JSON (`key:<|"|>text<|"|>`): no
-        // schema grammar yet.
-        ToolFormat::Gemma => return None,
+        // Gemma 4's arguments are not JSON (`key:<|"|>text<|"|>`).
+        ToolFormat::Gemma => return gemma_call::grammar(tools),
     };
     Some(grammar)
 }
@@ -525,5 +486,6 @@ mod tests {
             ToolFormat::MistralArgs
         );
         assert_eq!(t("google-gemma-2-2b-it"), ToolFormat::Generic);
+        assert_eq!(t("google-gemma-4-31B-it"), ToolFormat::Gemma);
     }
 }
