@@ -15,6 +15,29 @@ struct RnnParams {
 
 @group(0) @binding(0) var<uniform> p: RnnParams;
 
+// One LSTM cell's backward step, for LSTM_GRAD and LSTM_GRAD_SEQ alike:
+// from the gates i, f, g, o (activated), the cell c and the previous cell
+// cprev, the incoming dh and the next step's dc, the cell gradient passed
+// back (dc · f) and the four pre-activation gradients.
+struct CellGrad {
+    dc_prev: f32,
+    dpre: vec4<f32>, // i, f, g, o
+}
+
+fn lstm_cell_grad(gate: vec4<f32>, c: f32, cprev: f32, dh: f32, dc_next: f32) -> CellGrad {
+    let i = gate.x;
+    let f = gate.y;
+    let g = gate.z;
+    let o = gate.w;
+    let tc = tanh(c);
+    let d_o = dh * tc;
+    let dcv = dc_next + dh * o * (1.0 - tc * tc);
+    return CellGrad(
+        dcv * f,
+        vec4<f32>(dcv * g * (i * (1.0 - i)), dcv * cprev * (f * (1.0 - f)), dcv * i * (1.0 - g * g), d_o * (o * (1.0 - o))),
+    );
+}
+
 #ifdef LSTM
 @group(0) @binding(1) var<storage, read> xp: array<f32>;          // (T, B, 4H)
 @group(0) @binding(2) var<storage, read> wt: array<f32>;          // (H, 4H): W_hh transposed
@@ -219,14 +242,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 } else {
                     cprev = cs[at - p.batch * h];
                 }
-                let tc = tanh(c);
-                let d_o = dh * tc;
-                let dcv = dc_next + dh * o * (1.0 - tc * tc);
-                dc[idx] = dcv * f;
-                dxp[base] = dcv * g * (i * (1.0 - i));
-                dxp[base + h] = dcv * cprev * (f * (1.0 - f));
-                dxp[base + 2u * h] = dcv * i * (1.0 - g * g);
-                dxp[base + 3u * h] = d_o * (o * (1.0 - o));
+                let cg = lstm_cell_grad(vec4<f32>(i, f, g, o), c, cprev, dh, dc_next);
+                dc[idx] = cg.dc_prev;
+                dxp[base] = cg.dpre.x;
+                dxp[base + h] = cg.dpre.y;
+                dxp[base + 2u * h] = cg.dpre.z;
+                dxp[base + 3u * h] = cg.dpre.w;
             }
         }
         // Every invocation has read step s + 1's gradients; each then moves
@@ -310,14 +331,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     } else {
         cprev = cs[at - p.batch * h];
     }
-    let tc = tanh(c);
-    let d_o = dh * tc;
-    let dcv = dc_next + dh * o * (1.0 - tc * tc);
-    dc[idx] = dcv * f;
-    dxp[base] = dcv * g * (i * (1.0 - i));
-    dxp[base + h] = dcv * cprev * (f * (1.0 - f));
-    dxp[base + 2u * h] = dcv * i * (1.0 - g * g);
-    dxp[base + 3u * h] = d_o * (o * (1.0 - o));
+    let cg = lstm_cell_grad(vec4<f32>(i, f, g, o), c, cprev, dh, dc_next);
+    dc[idx] = cg.dc_prev;
+    dxp[base] = cg.dpre.x;
+    dxp[base + h] = cg.dpre.y;
+    dxp[base + 2u * h] = cg.dpre.z;
+    dxp[base + 3u * h] = cg.dpre.w;
 }
 #endif
 
