@@ -100,8 +100,26 @@ impl Bench {
 
     /// An output: zero on the CPU; poisoned, with guard rows, on the GPU.
     fn output(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Pair {
-        let cpu = self.cpu.alloc(dtype, rows, cols).unwrap();
-        let full = self.gpu.alloc(dtype, rows + GUARD, cols).unwrap();
+        self.output_in(dtype, rows, cols, false)
+    }
+
+    /// An output from `alloc_scratch`: one a backend may leave unwritten
+    /// where nothing reads it after.
+    fn scratch(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Pair {
+        self.output_in(dtype, rows, cols, true)
+    }
+
+    fn output_in(&mut self, dtype: GgmlType, rows: usize, cols: usize, scratch: bool) -> Pair {
+        let (cpu, full) = if scratch {
+            let cpu = self.cpu.alloc_scratch(dtype, rows, cols).unwrap();
+            (
+                cpu,
+                self.gpu.alloc_scratch(dtype, rows + GUARD, cols).unwrap(),
+            )
+        } else {
+            let cpu = self.cpu.alloc(dtype, rows, cols).unwrap();
+            (cpu, self.gpu.alloc(dtype, rows + GUARD, cols).unwrap())
+        };
         let words = full.n_bytes().div_ceil(4);
         let poison = vec![POISON; words];
         self.gpu
@@ -983,8 +1001,9 @@ fn f32_mode_prefill_add_norm_writes_the_coop_matmul_input() {
 /// which take them in where they write the next coop matmul's f16 blocks
 /// (`AddRmsNormHalf` with `sums`), or else add them first (`SplitSums`).
 /// The projection, the sum, the norm and the next matmul against the CPU,
-/// with the projection discarded after the add or not, and with nothing
-/// after the add; the dispatch count and which kernels ran.
+/// with the projection a scratch buffer (which the add may leave
+/// unwritten) or not, and with nothing after the add; the dispatch count
+/// and which kernels ran.
 #[test]
 fn f32_mode_prefill_split_sums_join_the_add_norm() {
     let (seed, mut b) = f32_mode_profiled_bench();
@@ -1000,18 +1019,17 @@ fn f32_mode_prefill_split_sums_join_the_add_norm() {
     let (x, a, nw) = (b.f32s(n, m, 1.0), b.f32s(n, k, 1.0), b.f32s(1, m, 1.0));
     let (wp, w2) = (b.weight(t, m, k), b.weight(t, m2, m));
     let (proj, sum) = (b.output(F32, n, m), b.output(F32, n, m));
+    let scratch_proj = b.scratch(F32, n, m);
     let (h, out) = (b.output(F32, n, m), b.output(F32, n, m2));
     // As the models call them: proj = a · wpᵀ, x += proj in place (x
     // copied to sum first, so every run starts from the same x), its norm
     // and the next matmul; `upto` 0 stops after the add.
-    let layer = move |be: &mut dyn Backend, g: bool, discard: bool, upto: usize| {
+    let layer = move |be: &mut dyn Backend, g: bool, scratch: bool, upto: usize| {
         let p = |t: Pair| if g { t.gpu } else { t.cpu };
+        let proj = if scratch { scratch_proj } else { proj };
         be.copy(p(x), p(sum))?;
         be.matmul(p(wp), p(a), p(proj))?;
         be.add(p(sum), p(proj), p(sum))?;
-        if discard {
-            be.discard(&[p(proj)])?;
-        }
         if upto > 0 {
             be.rms_norm(p(sum), Some(p(nw)), 1e-5, p(h))?;
             be.matmul(p(w2), p(h), p(out))?;
@@ -1020,13 +1038,13 @@ fn f32_mode_prefill_split_sums_join_the_add_norm() {
     };
     let name = format!("{t} split matmul + add + rms_norm + matmul n={n} k={k} m={m}");
     let tol: f64 = if f.coop != 0 { 2e-6 } else { 1e-8 };
-    for discard in [false, true] {
-        let name = format!("{name} discard={discard}");
-        let whole = move |be: &mut dyn Backend, g: bool| layer(be, g, discard, 1);
+    for scratch in [false, true] {
+        let name = format!("{name} scratch={scratch}");
+        let whole = move |be: &mut dyn Backend, g: bool| layer(be, g, scratch, 1);
         b.check(&format!("{name}: out"), 5.0 * tol, out, whole);
         b.check(&format!("{name}: norm"), tol, h, whole);
         b.check(&format!("{name}: sum"), tol, sum, whole);
-        if !discard {
+        if !scratch {
             b.check(&format!("{name}: proj"), tol, proj, whole);
         }
         // The copy, the matmul's f16 input (on cooperative matrices), the
@@ -1145,7 +1163,7 @@ fn f32_mode_prefill_glu_writes_the_coop_matmul_input() {
 /// features and past the last token. Gate, up, the GLU and down against
 /// the CPU, with nothing after the matmuls, after the GLU, and the whole
 /// FFN; the dispatch count and which kernels ran. With gate and up
-/// discarded after the GLU, the fused dispatch leaves them unwritten.
+/// scratch buffers, the fused dispatch leaves them unwritten.
 #[test]
 fn f32_mode_prefill_gate_up_glu_joined() {
     let (seed, mut b) = f32_mode_profiled_bench();
@@ -1161,16 +1179,15 @@ fn f32_mode_prefill_gate_up_glu_joined() {
             let wd = b.weight(t, k, m);
             let (g, u) = (b.output(F32, n, m), b.output(F32, n, m));
             let (act, out) = (b.output(F32, n, m), b.output(F32, n, k));
+            let (gs, us) = (b.scratch(F32, n, m), b.scratch(F32, n, m));
             // Up to the matmuls (0), the GLU (1) or down (2); 3: down
-            // with gate and up discarded after the GLU.
+            // with gate and up in scratch buffers.
             let steps = move |be: &mut dyn Backend, gpu: bool, last: usize| {
                 let p = |t: Pair| if gpu { t.gpu } else { t.cpu };
+                let (g, u) = if last > 2 { (gs, us) } else { (g, u) };
                 be.matmuls(&[p(wg), p(wu)], p(x), &[p(g), p(u)])?;
                 if last > 0 {
                     glu(be, gelu, p(g), p(u), p(act))?;
-                }
-                if last > 2 {
-                    be.discard(&[p(g), p(u)])?;
                 }
                 if last > 1 {
                     be.matmul(p(wd), p(act), p(out))?;
@@ -1194,16 +1211,16 @@ fn f32_mode_prefill_gate_up_glu_joined() {
             // x's f16 blocks, then gate, up and GLU, then down.
             let want = if fused { 3 } else { 4 };
             assert_eq!(gpu_dispatches(&mut b, ffn), want, "{name}");
-            // Gate and up discarded: the rest the same, and where they are
-            // fused gate and up left as they were.
+            // Gate and up in scratch buffers: the rest the same, and where
+            // they are fused gate and up left as they were.
             let lean = move |be: &mut dyn Backend, gpu: bool| steps(be, gpu, 3);
-            b.check(&format!("{name}: glu, discarded"), 1e-5, act, lean);
-            b.check(&format!("{name}: down, discarded"), 1e-5, out, lean);
-            let before = vec![0x5au8; g.gpu.n_bytes()];
-            b.gpu.write(g.gpu, &before).unwrap();
-            b.gpu.write(u.gpu, &before).unwrap();
+            b.check(&format!("{name}: glu, scratch"), 1e-5, act, lean);
+            b.check(&format!("{name}: down, scratch"), 1e-5, out, lean);
+            let before = vec![0x5au8; gs.gpu.n_bytes()];
+            b.gpu.write(gs.gpu, &before).unwrap();
+            b.gpu.write(us.gpu, &before).unwrap();
             lean(&mut b.gpu, true).unwrap();
-            let kept = [g, u].map(|t| read_bytes(&mut b.gpu, t.gpu) == before);
+            let kept = [gs, us].map(|t| read_bytes(&mut b.gpu, t.gpu) == before);
             assert_eq!(kept, [fused; 2], "{name}: gate and up left as they were");
         }
     }
@@ -1364,6 +1381,10 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
             // with its rounding (`MatVecGlu` with the norm), then down + add.
             // 256 wide between gate/up and down: a Q8 step rounded apart
             // there costs ~1/256 of what not rounding costs (see `tol`).
+            // The norm's weight is small: the random K-quant blocks hold
+            // values up to ~100, and at full scale the GLU's output could
+            // pass 127 · 65504, where a Q8 block's f16 scale overflows.
+            let nw = b.f32s(1, k, 0.05);
             let (wg, wu, wdn) = (
                 b.weight(t, 256, k),
                 b.weight(t, 256, k),
@@ -1651,7 +1672,10 @@ fn f32_mode_paired_ropes_and_cache_writes() {
 /// position (the new key alone), at a position whose key starts a chunk of
 /// the workgroup's, with a window, with frequency factors, and with the
 /// row written where the attention does not read (ids ≠ slot · ctx + pos:
-/// key p then comes from the cache).
+/// key p then comes from the cache). K is rotated into a buffer of its
+/// own, or (at one position) in place as the model ropes it: in a scratch
+/// buffer the attention still takes the ropes in and leaves K rotated
+/// unwritten; in one the host may read, the rope runs apart.
 #[test]
 fn f32_mode_decode_attention_takes_in_the_ropes() {
     let (seed, mut b) = f32_mode_bench();
@@ -1669,67 +1693,90 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
         let factors = b.input(F32, 1, hd / 2, bytemuck::cast_slice(&factors));
         for cache_t in [F32, F16] {
             for (ci, &(at, slot, window, row)) in cases.iter().enumerate() {
-                let (kc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
-                let (vc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
-                let (pos, seq) = (b.i32s(&[at as i32]), b.i32s(&[slot as i32]));
-                let ids = b.i32s(&[row.unwrap_or(slot * ctx + at) as i32]);
-                let (q, k, v) = (
-                    b.f32s(1, n_heads * hd, 1.0),
-                    b.f32s(1, n_kv * hd, 1.0),
-                    b.f32s(1, n_kv * hd, 1.0),
-                );
-                let (k_rot, out) = (b.output(F32, 1, n_kv * hd), b.output(F32, 1, n_heads * hd));
-                let (out_r, mv) = (b.output(F32, 1, n_heads * hd), b.output(F32, 1, 96));
-                let ff = (ci == 2).then_some(factors);
-                let layer = |be: &mut dyn Backend, g: bool| {
-                    let p = |x: Pair| if g { x.gpu } else { x.cpu };
-                    let rope = |n| RopeParams {
-                        freq_factors: ff.map(p),
-                        attn_factor: 1.0,
-                        ..rope_params(RopeMode::Normal, n, hd)
+                // K rotated apart, in place, in place in scratch (each way
+                // with its own Q: the dispatch count runs the GPU alone).
+                let ways: &[usize] = if ci == 1 { &[0, 1, 2] } else { &[0] };
+                for &way in ways {
+                    let (kc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
+                    let (vc, _) = random_cache(&mut b, cache_t, slots * ctx, n_kv * hd);
+                    let (pos, seq) = (b.i32s(&[at as i32]), b.i32s(&[slot as i32]));
+                    let ids = b.i32s(&[row.unwrap_or(slot * ctx + at) as i32]);
+                    let (q, k, v) = (
+                        b.f32s(1, n_heads * hd, 1.0),
+                        b.f32s(1, n_kv * hd, 1.0),
+                        b.f32s(1, n_kv * hd, 1.0),
+                    );
+                    let (k_rot, out) =
+                        (b.output(F32, 1, n_kv * hd), b.output(F32, 1, n_heads * hd));
+                    let (out_r, mv) = (b.output(F32, 1, n_heads * hd), b.output(F32, 1, 96));
+                    let (k_in, k_scratch) =
+                        (b.output(F32, 1, n_kv * hd), b.scratch(F32, 1, n_kv * hd));
+                    let ff = (ci == 2).then_some(factors);
+                    let layer = |be: &mut dyn Backend, g: bool| {
+                        let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                        let rope = |n| RopeParams {
+                            freq_factors: ff.map(p),
+                            attn_factor: 1.0,
+                            ..rope_params(RopeMode::Normal, n, hd)
+                        };
+                        let params = AttentionParams {
+                            window,
+                            ..AttentionParams::new(n_heads, n_kv, hd, ctx)
+                        };
+                        // Q in place; K apart, or a copy of it in place.
+                        let kr = match way {
+                            0 => k_rot,
+                            1 => k_in,
+                            _ => k_scratch,
+                        };
+                        if way > 0 {
+                            be.copy(p(k), p(kr))?;
+                        }
+                        be.rope(p(q), p(pos), &rope(n_heads), p(q))?;
+                        let k = if way > 0 { kr } else { k };
+                        be.rope(p(k), p(pos), &rope(n_kv), p(kr))?;
+                        be.set_rows(p(kr), p(ids), p(kc))?;
+                        be.set_rows(p(v), p(ids), p(vc))?;
+                        be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))?;
+                        let x = if g {
+                            out.gpu
+                        } else {
+                            cpu_q8_rounded(be, out.cpu, out_r.cpu)?
+                        };
+                        be.matmul(p(w), x, p(mv))
                     };
-                    let params = AttentionParams {
-                        window,
-                        ..AttentionParams::new(n_heads, n_kv, hd, ctx)
-                    };
-                    // Q in place and K not, as the model ropes them.
-                    be.rope(p(q), p(pos), &rope(n_heads), p(q))?;
-                    be.rope(p(k), p(pos), &rope(n_kv), p(k_rot))?;
-                    be.set_rows(p(k_rot), p(ids), p(kc))?;
-                    be.set_rows(p(v), p(ids), p(vc))?;
-                    be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &params, p(out))?;
-                    let x = if g {
-                        out.gpu
-                    } else {
-                        cpu_q8_rounded(be, out.cpu, out_r.cpu)?
-                    };
-                    be.matmul(p(w), x, p(mv))
-                };
-                let name = format!("rope+attention hd {hd} {cache_t} case {ci}");
-                // Each check runs the layer again: Q rotates once more on
-                // both sides, so it is checked first (on the H200 its error
-                // after three rotations was 1.02e-9: the hardware's sin,
-                // cos and pow, as the plain rope's). The mat-vec's input is
-                // the attention's output rounded to Q8 on each side, and
-                // those outputs differ in their last bits: a value may round
-                // a step apart, which costs up to ~1.2e-6 (lavapipe, 480
-                // cases: 19 such steps, none twice in a case). Not rounding
-                // at all costs 8e-6 or more, so 4e-6 still tells them apart.
-                for (what, t, tol) in [
-                    ("q", q, 1e-9),
-                    ("mat-vec", mv, 4e-6),
-                    ("attention", out, 1e-9),
-                    ("k rotated", k_rot, 1e-9),
-                    ("k cache", kc, 1e-9),
-                    ("v cache", vc, 1e-9),
-                ] {
-                    b.check(&format!("{name}: {what}"), tol, t, layer);
+                    let name = format!("rope+attention hd {hd} {cache_t} case {ci} k way {way}");
+                    // Each check runs the layer again: Q rotates once more on
+                    // both sides, so it is checked first (on the H200 its error
+                    // after three rotations was 1.02e-9: the hardware's sin,
+                    // cos and pow, as the plain rope's). The mat-vec's input is
+                    // the attention's output rounded to Q8 on each side, and
+                    // those outputs differ in their last bits: a value may round
+                    // a step apart, which costs up to ~1.2e-6 (lavapipe, 480
+                    // cases: 19 such steps, none twice in a case). Not rounding
+                    // at all costs 8e-6 or more, so 4e-6 still tells them apart.
+                    let k_out = [Some(k_rot), Some(k_in), None][way];
+                    for (what, t, tol) in [
+                        ("q", Some(q), 1e-9),
+                        ("mat-vec", Some(mv), 4e-6),
+                        ("attention", Some(out), 1e-9),
+                        ("k rotated", k_out, 1e-9),
+                        ("k cache", Some(kc), 1e-9),
+                        ("v cache", Some(vc), 1e-9),
+                    ] {
+                        if let Some(t) = t {
+                            b.check(&format!("{name}: {what}"), tol, t, layer);
+                        }
+                    }
+                    let before = b.gpu.stats().dispatches;
+                    layer(&mut b.gpu, true).unwrap();
+                    b.gpu.synchronize().unwrap();
+                    let d = b.gpu.stats().dispatches - before;
+                    // The copy; the ropes and cache writes apart from the
+                    // attention where K in place is read after.
+                    let want = [2, 4, 3][way];
+                    assert_eq!(d, want, "seed {seed}: {name}: dispatches");
                 }
-                let before = b.gpu.stats().dispatches;
-                layer(&mut b.gpu, true).unwrap();
-                b.gpu.synchronize().unwrap();
-                let d = b.gpu.stats().dispatches - before;
-                assert_eq!(d, 2, "seed {seed}: {name}: dispatches");
             }
         }
     }

@@ -265,6 +265,16 @@ pub trait Backend: Send {
     /// A zero-filled tensor.
     fn alloc(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor>;
 
+    /// A zero-filled tensor for values that live within one forward
+    /// (activations): each forward writes what it reads of it first, and
+    /// the host never reads it. A backend that records a forward may leave
+    /// unwritten an op's output there that no later op of the forward
+    /// reads (the GPU's fused gate, up and GLU keeps only the GLU's). This
+    /// default is [`Backend::alloc`].
+    fn alloc_scratch(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
+        self.alloc(dtype, rows, cols)
+    }
+
     /// A zero-filled tensor that belongs to layer `layer` (its KV cache):
     /// a backend that spreads layers over devices keeps it with the layer.
     /// This default is [`Backend::alloc`].
@@ -298,16 +308,6 @@ pub trait Backend: Send {
         ws.iter()
             .map(|w| self.load_weight(&w.name, w.dtype, w.rows, w.cols, w.data.clone()))
             .collect()
-    }
-
-    /// A hint that the caller will not read `ts` again before writing
-    /// them: a backend may leave the values of an op not yet run there
-    /// unwritten (the GPU's fused gate, up and GLU keeps only the GLU's).
-    /// Reading them afterwards gives unspecified values; this default
-    /// does nothing.
-    fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
-        let _ = ts;
-        Ok(())
     }
 
     /// Host→device copy of `bytes` into the start of `t`. On a recording

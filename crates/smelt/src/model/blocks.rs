@@ -216,20 +216,17 @@ pub fn attention(
             b.add(out, bias, out)?;
         }
     }
-    // K rotated into its own buffer: a GPU decode attention that takes in
-    // the ropes reads K from every head of a group.
-    let k_rot = s.rows(a.k_rot);
     match w.head_norms {
         None => {
             b.rope(q, s.pos, &l.rope_q, q)?;
-            b.rope(k, s.pos, &l.rope_k, k_rot)?;
+            b.rope(k, s.pos, &l.rope_k, k)?;
         }
         Some([q_norm, k_norm]) => {
             // Each head is a row of `hd` values. `attn` is free until the
             // attention writes it, so it holds the normed heads that RoPE
             // then writes back.
             let hd = c.head_dim;
-            for (t, norm, rope, out) in [(q, q_norm, &l.rope_q, q), (k, k_norm, &l.rope_k, k_rot)] {
+            for (t, norm, rope) in [(q, q_norm, &l.rope_q), (k, k_norm, &l.rope_k)] {
                 let heads = rope.n_heads;
                 let normed = s.rows(a.attn).reshape(n, heads * hd);
                 b.rms_norm(
@@ -238,14 +235,14 @@ pub fn attention(
                     c.rms_eps,
                     normed.reshape(n * heads, hd),
                 )?;
-                b.rope(normed, s.pos, rope, out)?;
+                b.rope(normed, s.pos, rope, t)?;
             }
         }
     }
     if let Some(scale) = l.q_scale {
         b.scale(q, scale, q)?;
     }
-    b.set_rows(k_rot, s.kv_rows, cache.k[il])?;
+    b.set_rows(k, s.kv_rows, cache.k[il])?;
     b.set_rows(v, s.kv_rows, cache.v[il])?;
     if il + 1 == c.n_layer && s.out == (Output::Logits { rows: 0 }) {
         return Ok(None);
@@ -306,7 +303,6 @@ pub fn glu(
     b.rms_norm(x, Some(w.norm), c.rms_eps, h)?;
     b.matmuls(&[w.gate, w.up], h, &[gate, up])?;
     activation(b, c.glu, gate, up, act)?;
-    b.discard(&[gate, up])?;
     b.matmul(w.down, act, proj)?;
     Ok(proj)
 }
@@ -389,7 +385,6 @@ pub fn moe(
     b.matmul_id(w.gate, h, ids, gate)?;
     b.matmul_id(w.up, h, ids, up)?;
     activation(b, c.glu, gate, up, act)?;
-    b.discard(&[gate, up])?;
     b.matmul_id(w.down, act, ids, down)?;
     b.moe_sum(down, weights, proj)?;
     Ok(proj)

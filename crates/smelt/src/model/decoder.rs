@@ -124,6 +124,8 @@ impl Weights {
 
 /// Activation buffers, allocated once per session for `B = n_batch` rows
 /// and `O = n_outputs` output rows; each step uses views of its first rows.
+/// Those only the forward reads are scratch (`Backend::alloc_scratch`):
+/// the host reads `h` (hidden states) and the logits.
 pub struct Activations {
     pub tokens: Tensor,  // 1 × B, I32
     pub pos: Tensor,     // 1 × B, I32
@@ -134,7 +136,6 @@ pub struct Activations {
     pub h: Tensor,       // B × E: normed
     pub q: Tensor,       // B × (H·hd)
     pub k: Tensor,       // B × (Hkv·hd)
-    pub k_rot: Tensor,   // B × (Hkv·hd): K rotated (not in place, see `blocks::attention`)
     pub v: Tensor,       // B × (Hkv·hd)
     pub attn: Tensor,    // B × (H·hd)
     pub proj: Tensor,    // B × E: attention and FFN outputs
@@ -172,13 +173,13 @@ impl Activations {
                     .checked_mul(k)
                     .ok_or_else(|| ModelError::Param("expert rows overflow".into()))?;
                 Some(ExpertActivations {
-                    logits: b.alloc(f32_, n_batch, x)?,
-                    ids: b.alloc(i32_, n_batch, k)?,
-                    weights: b.alloc(f32_, n_batch, k)?,
-                    gate: b.alloc(f32_, bk, f)?,
-                    up: b.alloc(f32_, bk, f)?,
-                    act: b.alloc(f32_, bk, f)?,
-                    down: b.alloc(f32_, bk, c.n_embd)?,
+                    logits: b.alloc_scratch(f32_, n_batch, x)?,
+                    ids: b.alloc_scratch(i32_, n_batch, k)?,
+                    weights: b.alloc_scratch(f32_, n_batch, k)?,
+                    gate: b.alloc_scratch(f32_, bk, f)?,
+                    up: b.alloc_scratch(f32_, bk, f)?,
+                    act: b.alloc_scratch(f32_, bk, f)?,
+                    down: b.alloc_scratch(f32_, bk, c.n_embd)?,
                 })
             }
             None => None,
@@ -193,15 +194,14 @@ impl Activations {
             out_ids: b.alloc(i32_, 1, n_outputs)?,
             x: b.alloc(f32_, n_batch, c.n_embd)?,
             h: b.alloc(f32_, n_batch, c.n_embd)?,
-            q: b.alloc(f32_, n_batch, c.q_dim())?,
-            k: b.alloc(f32_, n_batch, c.kv_dim())?,
-            k_rot: b.alloc(f32_, n_batch, c.kv_dim())?,
-            v: b.alloc(f32_, n_batch, c.kv_dim())?,
-            attn: b.alloc(f32_, n_batch, c.q_dim())?,
-            proj: b.alloc(f32_, n_batch, c.n_embd)?,
-            gate: b.alloc(f32_, n_batch, f)?,
-            up: b.alloc(f32_, n_batch, f)?,
-            act: b.alloc(f32_, n_batch, f)?,
+            q: b.alloc_scratch(f32_, n_batch, c.q_dim())?,
+            k: b.alloc_scratch(f32_, n_batch, c.kv_dim())?,
+            v: b.alloc_scratch(f32_, n_batch, c.kv_dim())?,
+            attn: b.alloc_scratch(f32_, n_batch, c.q_dim())?,
+            proj: b.alloc_scratch(f32_, n_batch, c.n_embd)?,
+            gate: b.alloc_scratch(f32_, n_batch, f)?,
+            up: b.alloc_scratch(f32_, n_batch, f)?,
+            act: b.alloc_scratch(f32_, n_batch, f)?,
             experts,
             x_out: b.alloc(f32_, n_outputs, c.n_embd)?,
             logits: Logits::new(b, n_outputs, c.n_embd, c.n_vocab)?,
@@ -307,7 +307,6 @@ fn residual(
         }
         None => {
             b.add(x, proj, x)?;
-            b.discard(&[proj])?;
         }
     }
     Ok(())

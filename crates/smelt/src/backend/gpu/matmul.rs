@@ -19,7 +19,7 @@ use super::kernels::elementwise::Elementwise;
 use super::kernels::matmul_coop::{self, CoopGateUp, CoopTile, Multi};
 use super::kernels::matvec_blocks::{self, DotIn};
 use super::kernels::split_sums::Split;
-use super::kernels::{Family, matmul_q8, matvec};
+use super::kernels::{Dispatch, Family, matmul_q8, matvec};
 use super::tape::Step;
 use super::{GpuBackend, MATVEC_MAX_TOKENS, kernels};
 
@@ -270,42 +270,50 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
     be.acts.wrote(out);
     let decode = n <= MATVEC_MAX_TOKENS;
     let f = be.ctx.features;
+    // The whole matmul writes all of `out` and reads none of it.
+    let whole = o0 == 0 && out.cols == m;
+    let mark = |d: Dispatch| if whole { d.writing(out) } else { d };
     match input {
         // f32 mode's decode on integer dots (a part of a split weight).
-        MatIn::Q8(q8) if f.dots(w.dtype) => be.run(matvec_blocks::dot((w, q8, out), o0, None)),
+        MatIn::Q8(q8) if f.dots(w.dtype) => {
+            be.run(mark(matvec_blocks::dot((w, q8, out), o0, None)))
+        }
         // ggml's integer lanes.
         MatIn::Q8(q8) => {
             let decode = n <= matmul_q8::MATVEC_Q8_TOKENS;
-            be.run(matmul_q8::dispatch(w, q8, out, (o0, row_bytes), decode))
+            be.run(mark(matmul_q8::dispatch(
+                w,
+                q8,
+                out,
+                (o0, row_bytes),
+                decode,
+            )))
         }
-        MatIn::F32(x) if decode => be.run(matvec::dispatch(w, x, out, o0, row_bytes)),
+        MatIn::F32(x) if decode => be.run(mark(matvec::dispatch(w, x, out, o0, row_bytes))),
         MatIn::F32(x) if f.coop != 0 && k.is_multiple_of(32) => {
             let huge = be.ctx.coop_huge;
             let mut tile = CoopTile::pick(f.coop, m, n, huge);
             // Split where the output is one run of whole 16-byte words
             // (`SplitSums`).
             let len = n * m;
-            if o0 == 0 && out.cols == m && len.is_multiple_of(4) {
+            if whole && len.is_multiple_of(4) {
                 tile = tile.split(f.coop, m, n, k, huge);
             }
             let x = acts::half_input(be, x)?;
             let t = (w, x, out);
             if tile.parts() == 1 {
-                return be.run(matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), None));
+                let d = matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), None);
+                return be.run(mark(d));
             }
             // The second half's sums, then added to the first's, a step
             // for the residual add after it to join (`Step::SplitSums`).
             let sums = acts::split_sums(be, len)?.reshape(n, m);
-            be.run(matmul_coop::one(
-                t,
-                (o0, row_bytes),
-                (tile, f.coop),
-                Some(sums),
-            ))?;
+            let d = matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), Some(sums));
+            be.run(mark(d))?;
             let keep = true;
             be.record(Step::SplitSums(Split { out, sums, keep }));
             Ok(())
         }
-        MatIn::F32(x) => be.run(kernels::matmul::dispatch(w, x, out, o0, row_bytes)),
+        MatIn::F32(x) => be.run(mark(kernels::matmul::dispatch(w, x, out, o0, row_bytes))),
     }
 }

@@ -38,6 +38,8 @@ pub use kernels::{Kernel, ShaderFeatures, WEIGHT_TYPES};
 pub use memory::{AdapterMemory, MemorySource};
 pub use pipelines::preprocess;
 
+use std::collections::HashSet;
+
 use crate::backend::check as contract;
 use crate::backend::{
     AttentionParams, Backend, BackendError, Caps, MoeParams, Op, OpTime, Result, RopeParams, Stats,
@@ -75,6 +77,8 @@ pub struct GpuBackend {
     /// The ops recorded since the last read, write or sync (`tape.rs`),
     /// reused from one forward to the next.
     tape: Vec<Step>,
+    /// The ids of tensors from `alloc_scratch`.
+    scratch: HashSet<u32>,
 }
 
 impl GpuBackend {
@@ -109,6 +113,7 @@ impl GpuBackend {
             tables,
             acts: Acts::default(),
             tape: Vec::new(),
+            scratch: HashSet::new(),
         })
     }
 
@@ -171,6 +176,7 @@ impl GpuBackend {
             quantize_activations: self.ctx.quantize_activations,
             max_storage_buffers: self.ctx.limits.max_storage_buffers_per_shader_stage,
             aux: self.aux(),
+            scratch: &self.scratch,
         };
         let passed = fuse::pass(&mut self.tape, &cx, |d| {
             emit(
@@ -340,14 +346,10 @@ impl Backend for GpuBackend {
             .collect()
     }
 
-    fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
-        for chunk in ts.chunks(2) {
-            let mut two = [chunk[0]; 2];
-            two[..chunk.len()].copy_from_slice(chunk);
-            let n = chunk.len();
-            self.record(Step::Discard { ts: two, n });
-        }
-        Ok(())
+    fn alloc_scratch(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
+        let t = self.alloc_tensor(dtype, rows, cols)?;
+        self.scratch.insert(t.id);
+        Ok(t)
     }
 
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {

@@ -20,6 +20,16 @@ use super::kernels::norm_half::AddRmsNormHalf;
 use super::kernels::split_sums::Split;
 use super::kernels::{Access, Aux, Dispatch, Family, ShaderFeatures, copy, quantize, rope};
 
+/// How a step uses a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Touch {
+    None,
+    /// It writes all of this view of it and reads none of it.
+    Overwrites(Tensor),
+    /// It reads it, or writes only part of it (or cannot say).
+    Reads,
+}
+
 /// One recorded op.
 pub(super) enum Step {
     /// `rms_norm(x, w, eps, out)`; with `q8` (quants, scales, sums) the
@@ -126,9 +136,6 @@ pub(super) enum Step {
     RoundQ8 { x: Tensor, q8: [Tensor; 3] },
     /// `x` as the coop matmul's f16 blocks in `half` (`HalfBlocks`).
     Half { x: Tensor, half: Tensor },
-    /// `Backend::discard`: the first `n` of `ts` are not read again
-    /// before they are written.
-    Discard { ts: [Tensor; 2], n: usize },
     /// Any other op, lowered.
     Dispatch(Dispatch),
 }
@@ -173,9 +180,146 @@ impl Step {
                 outs.iter().copied().for_each(f)
             }
             Step::MatVecs { outs, n, .. } => outs[..*n].iter().copied().for_each(f),
-            Step::Discard { ts, n } => ts[..*n].iter().copied().for_each(f),
             Step::RoundQ8 { .. } | Step::Half { .. } => {}
             other => other.out().into_iter().for_each(f),
+        }
+    }
+
+    /// How it uses buffer `id` (`fuse::live`).
+    pub(super) fn touch(&self, id: u32) -> Touch {
+        let mut named = 0;
+        self.operands(|t| named += usize::from(t.id == id));
+        let mut whole = None;
+        self.whole_outputs(|t| {
+            if t.id == id {
+                whole = Some(t)
+            }
+        });
+        match whole {
+            _ if named == 0 => Touch::None,
+            Some(t) if named == 1 => Touch::Overwrites(t),
+            _ => Touch::Reads,
+        }
+    }
+
+    /// Calls `f` on every tensor it binds, read or written, once per
+    /// binding (an op in place names its buffer twice).
+    fn operands(&self, mut f: impl FnMut(Tensor)) {
+        let mut all = |ts: &[Tensor]| ts.iter().copied().for_each(&mut f);
+        match self {
+            Step::Norm { x, w, out, q8, .. } => {
+                all(&[*x, *w, *out]);
+                if let Some(q8) = q8 {
+                    all(q8);
+                }
+            }
+            Step::Glu { gate, up, out, .. } => all(&[*gate, *up, *out]),
+            Step::Add { a, b, out, split } => {
+                all(&[*a, *b, *out]);
+                if let Some(s) = split {
+                    all(&[s.out, s.sums]);
+                }
+            }
+            Step::SplitSums(s) => all(&[s.out, s.sums]),
+            Step::AddNorm(n) => {
+                all(&[n.a, n.b, n.sum, n.w, n.out]);
+                if let Some(s) = n.split {
+                    all(&[s.out, s.sums]);
+                }
+            }
+            Step::Rope { x, pos, p, out } => {
+                all(&[*x, *pos, *out]);
+                all(p.freq_factors.as_slice());
+            }
+            Step::Ropes {
+                q,
+                k,
+                pos,
+                p,
+                store,
+                ..
+            } => {
+                all(&[q.0, q.1, k.0, k.1, *pos]);
+                all(p.freq_factors.as_slice());
+                if let Some((ids, kc)) = store {
+                    all(&[*ids, *kc]);
+                }
+            }
+            Step::RopeStore {
+                q,
+                k,
+                pos,
+                p,
+                ids,
+                kc,
+                v,
+            } => {
+                all(&[q.0, q.1, k.0, k.1, *pos, *ids, *kc, v.0, v.1]);
+                all(p.freq_factors.as_slice());
+            }
+            Step::SetRows { src, ids, dst } => all(&[*src, *ids, *dst]),
+            Step::Attention { t, rope, .. } => {
+                all(t);
+                if let Some(r) = rope {
+                    all(&[r.x, r.k.0, r.v, r.ids]);
+                    all(r.k.1.as_slice());
+                    all(r.p.freq_factors.as_slice());
+                }
+            }
+            Step::CoopAttention(a) => all(&a.t),
+            Step::GateUp { w, x, outs, glu } => {
+                all(w);
+                all(&x.tensors());
+                all(outs);
+                if let Some((_, act)) = glu {
+                    all(&[*act]);
+                }
+            }
+            Step::MatVecs { w, outs, n, x, .. } => {
+                all(&w[..*n]);
+                all(&outs[..*n]);
+                all(&x.tensors());
+            }
+            Step::CoopGateUp(g) => {
+                all(&[g.w[0], g.w[1], g.joint.0, g.x, g.outs[0], g.outs[1]]);
+                if let Some((_, act)) = g.glu {
+                    all(&[act]);
+                }
+            }
+            Step::MatVec { w, x, out } => {
+                all(&[*w, *out]);
+                all(x);
+            }
+            Step::RoundQ8 { x, q8 } => {
+                all(&[*x]);
+                all(q8);
+            }
+            Step::Half { x, half } => all(&[*x, *half]),
+            Step::Dispatch(d) => all(&d.bound),
+        }
+    }
+
+    /// Calls `f` on outputs it writes whole without reading them first
+    /// (a subset of `operands`; one left out only costs a write that
+    /// could have been skipped).
+    fn whole_outputs(&self, mut f: impl FnMut(Tensor)) {
+        let mut all = |ts: &[Tensor]| ts.iter().copied().for_each(&mut f);
+        match self {
+            Step::Norm { out, .. }
+            | Step::Glu { out, .. }
+            | Step::Add { out, .. }
+            | Step::Rope { out, .. }
+            | Step::MatVec { out, .. } => all(&[*out]),
+            Step::AddNorm(n) => all(&[n.sum, n.out]),
+            Step::Ropes { q, k, .. } | Step::RopeStore { q, k, .. } => all(&[q.1, k.1]),
+            Step::Attention { t, .. } | Step::CoopAttention(CoopAttention { t, .. }) => {
+                all(&[t[5]])
+            }
+            Step::GateUp { outs, .. } => all(outs),
+            Step::CoopGateUp(g) if g.keep => all(&g.outs),
+            Step::MatVecs { outs, n, .. } => all(&outs[..*n]),
+            Step::Dispatch(d) => all(d.whole.as_slice()),
+            _ => {}
         }
     }
 
@@ -272,7 +416,6 @@ impl Step {
     ) -> Result<(), E> {
         let d = match self {
             Step::Dispatch(d) => d,
-            Step::Discard { .. } => return Ok(()),
             Step::RoundQ8 { x, q8 } => quantize::q8(x, q8),
             Step::Half { x, half } => copy::half_blocks(x, half),
             Step::Rope { x, pos, ref p, out } => rope::rope((x, pos, p, out), None, aux),

@@ -57,6 +57,13 @@ impl Backend for SplitBackend {
         self.add(dtype, rows, cols, all, None, |b| b.alloc(dtype, rows, cols))
     }
 
+    fn alloc_scratch(&mut self, dtype: GgmlType, rows: usize, cols: usize) -> Result<Tensor> {
+        let all = self.all();
+        self.add(dtype, rows, cols, all, None, |b| {
+            b.alloc_scratch(dtype, rows, cols)
+        })
+    }
+
     fn alloc_in_layer(
         &mut self,
         layer: usize,
@@ -119,29 +126,6 @@ impl Backend for SplitBackend {
                 self.push(w.dtype, w.rows, w.cols, local, Some(w.name.clone()))
             })
             .collect())
-    }
-
-    fn discard(&mut self, ts: &[Tensor]) -> Result<()> {
-        for d in 0..self.devices.len() {
-            let local: Vec<Tensor> = ts
-                .iter()
-                .filter(|t| {
-                    self.tensors
-                        .get(t.id as usize)
-                        .is_some_and(|e| e.local[d].is_some())
-                })
-                .map(|&t| local_handle(&self.tensors, d, t))
-                .collect();
-            if !local.is_empty() {
-                self.devices[d].backend.discard(&local)?;
-            }
-        }
-        for t in ts {
-            if let Some(e) = self.tensors.get_mut(t.id as usize) {
-                e.residency.set(t.n_bytes() as u64, 0);
-            }
-        }
-        Ok(())
     }
 
     fn write(&mut self, t: Tensor, bytes: &[u8]) -> Result<()> {

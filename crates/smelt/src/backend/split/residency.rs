@@ -5,8 +5,8 @@
 //! tensor (views are prefixes: `Tensor::with_rows`, `reshape`), so a write
 //! of `n` bytes makes `[0, n)` current on its device alone and leaves the
 //! rest as it was. The state is a list of byte ranges, each with the set of
-//! devices whose copy of that range is current; a range held by none was
-//! discarded (`Backend::discard`) and may be read as anything.
+//! devices whose copy of that range is current; a range held by none may
+//! be read as anything.
 
 /// A set of devices, bit `d` for device `d` (a split has at most 64).
 pub type Devices = u64;
@@ -66,8 +66,7 @@ impl Residency {
             .map(move |(start, &(end, held))| (start, end.min(len), held))
     }
 
-    /// `[0, len)` now current on `holders` alone (a write, or a discard
-    /// with no holders).
+    /// `[0, len)` now current on `holders` alone (a write).
     pub fn set(&mut self, len: u64, holders: Devices) {
         self.split_at(len);
         self.ranges.retain(|r| r.0 > len);
@@ -148,7 +147,7 @@ mod tests {
     }
 
     #[test]
-    fn discarded_bytes_are_held_by_none_and_need_no_copy() {
+    fn bytes_held_by_none_need_no_copy() {
         let mut r = Residency::new(64, A);
         r.set(32, 0);
         assert!(r.holds(1, 32));

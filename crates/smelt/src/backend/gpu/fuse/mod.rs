@@ -14,29 +14,34 @@
 //! - `residual`: a residual add into the mat-vec before it, a split
 //!   matmul's sums into the add after it, an add with the norm after it;
 //! - `rope_store`: Q's and K's ropes, then K's and V's cache writes, then
-//!   the decode attention after them; two cache writes alike;
-//! - `discard`: gate and up, or a split's first half, left unwritten
-//!   after `Backend::discard` (the model's word that nothing reads them).
+//!   the decode attention after them; two cache writes alike.
+//!
+//! `live` tells which outputs nothing on the tape reads after them: a
+//! held step leaves those unwritten where its kernel can.
 
-mod discard;
 mod gate_up_glu;
 mod half_blocks;
+mod live;
 mod norm_matvec;
 mod residual;
 mod rope_store;
 mod round_q8;
 
+use std::collections::HashSet;
+
 use super::kernels::{Aux, Dispatch, ShaderFeatures};
 use super::tape::Step;
 
-/// What the rules ask of the adapter.
+/// What the rules ask of the adapter and the buffers.
 #[derive(Clone, Copy)]
-pub(super) struct Cx {
+pub(super) struct Cx<'a> {
     pub features: ShaderFeatures,
     /// ggml's exact mode (`GpuOptions::exact`).
     pub quantize_activations: bool,
     pub max_storage_buffers: u32,
     pub aux: Aux,
+    /// The ids of scratch buffers (`Backend::alloc_scratch`).
+    pub scratch: &'a HashSet<u32>,
 }
 
 /// What a pass did besides its dispatches.
@@ -58,22 +63,19 @@ pub(super) fn pass<E>(
     let mut held: Option<Step> = None;
     let mut rest = steps.drain(..);
     while let Some(next) = rest.next() {
-        if let Step::Discard { ts, n } = next {
-            if let Some(h) = &mut held {
-                discard::apply(h, &ts[..n]);
-            }
-            continue;
-        }
-        held = match held {
-            None => Some(next),
+        let step = match held {
+            None => next,
             Some(h) => match join(&h, &next, rest.as_slice(), cx, &mut passed) {
-                Some(joined) => Some(joined),
+                Some(joined) => joined,
                 None => {
                     h.lower(cx.aux, &mut emit)?;
-                    Some(next)
+                    next
                 }
             },
         };
+        // Before a rule joins it with what follows, which may fix what
+        // it writes.
+        held = Some(live::trim(step, rest.as_slice(), cx));
     }
     drop(rest);
     if let Some(h) = held {
@@ -93,7 +95,7 @@ fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx, passed: &mut Passed) 
         .or_else(|| half_blocks::join(held, next, cx))
         .or_else(|| gate_up_glu::join(held, next))
         .or_else(|| residual::join(held, next))
-        .or_else(|| rope_store::join(held, next, cx))
+        .or_else(|| rope_store::join(held, next, later, cx))
 }
 
 /// Whether a norm, GLU or attention may join the op after it that reads
@@ -123,6 +125,7 @@ mod testing {
     use crate::backend::gpu::kernels::{Aux, Kernel, ShaderFeatures};
     use crate::backend::gpu::tape::Step;
     use crate::quant::GgmlType;
+    use std::collections::HashSet;
 
     /// Tensor `id`, `rows × cols` F32.
     pub fn t(id: u32, rows: usize, cols: usize) -> Tensor {
@@ -147,8 +150,15 @@ mod testing {
         ]
     }
 
-    /// The f32 mode (`fast_math`) or ggml's exact mode.
-    pub fn cx(fast_math: bool) -> Cx {
+    /// The f32 mode (`fast_math`) or ggml's exact mode, no buffer
+    /// scratch.
+    pub fn cx(fast_math: bool) -> Cx<'static> {
+        static NONE: std::sync::LazyLock<HashSet<u32>> = std::sync::LazyLock::new(HashSet::new);
+        cx_with(fast_math, &NONE)
+    }
+
+    /// `cx` with the buffers of `scratch` scratch.
+    pub fn cx_with(fast_math: bool, scratch: &HashSet<u32>) -> Cx<'_> {
         Cx {
             features: ShaderFeatures {
                 subgroups: true,
@@ -162,6 +172,7 @@ mod testing {
                 dummy: t(1000, 1, 4),
                 tables: t(1001, 1, 4),
             },
+            scratch,
         }
     }
 

@@ -7,21 +7,23 @@
 //!   into a cache like K's (`RopeStore`), floating-point caches only (a
 //!   block cache's writer rotates groups the pairs cannot join);
 //! - then the decode attention of the rotated Q over those caches
-//!   (`AttentionRope`, f32 mode, one row, K not rotated in place);
+//!   (`AttentionRope`, f32 mode, one row), which leaves K rotated
+//!   unwritten where nothing reads it after (`live`), and joins only then
+//!   when K is rotated in place (other heads read K);
 //! - two cache writes alike (V's after K's) without ropes (`SetRowsPair`).
 
-use super::Cx;
+use super::{Cx, live};
 use crate::backend::gpu::kernels::attention::{AttentionKernel, RopeJoin};
 use crate::backend::gpu::kernels::{Family, copy, rope};
 use crate::backend::gpu::tape::Step;
 use crate::backend::{RopeMode, RopeParams};
 use crate::quant::GgmlType;
 
-pub(super) fn join(held: &Step, next: &Step, cx: &Cx) -> Option<Step> {
+pub(super) fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<Step> {
     match (held, next) {
         (Step::Rope { .. }, Step::Rope { .. }) => rope_pair(held, next, cx),
         (Step::Ropes { .. }, Step::SetRows { .. }) => ropes_store(held, next, cx),
-        (Step::RopeStore { .. }, Step::Attention { .. }) => attention_rope(held, next),
+        (Step::RopeStore { .. }, Step::Attention { .. }) => attention_rope(held, next, later, cx),
         (
             &Step::SetRows {
                 src: src1,
@@ -119,13 +121,11 @@ fn ropes_store(held: &Step, next: &Step, cx: &Cx) -> Option<Step> {
                 && read.iter().chain([&kc]).all(|t| t.id != dst.id) =>
         {
             let v = (src, dst);
-            // The attention next may take them in: one row, K's input not
-            // overwritten (other heads read it), and the adapter binding
-            // all its buffers.
+            // The attention next may take them in: one row, and the
+            // adapter binding all its buffers.
             let bindings = AttentionKernel::AttentionRope(kc.dtype).bindings().len() as u32;
             let joinable = cx.features.fast_math
                 && x.rows == 1
-                && k.0.id != k.1.id
                 && p.head_dim.is_multiple_of(4)
                 && cx.max_storage_buffers >= bindings;
             if joinable {
@@ -146,7 +146,7 @@ fn ropes_store(held: &Step, next: &Step, cx: &Cx) -> Option<Step> {
     }
 }
 
-fn attention_rope(held: &Step, next: &Step) -> Option<Step> {
+fn attention_rope(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<Step> {
     let (
         &Step::RopeStore {
             q: (x, qo),
@@ -180,9 +180,15 @@ fn attention_rope(held: &Step, next: &Step) -> Option<Step> {
     if !same || !apart {
         return None;
     }
+    let k_out = (!live::dead(k.1, later, cx)).then_some(k.1);
+    // Rotated in place, K's first head would be written while the
+    // group's other heads read it.
+    if k_out.is_some() && k.0.id == k.1.id {
+        return None;
+    }
     let rope = Some(RopeJoin {
         x,
-        k: (k.0, k.1),
+        k: (k.0, k_out),
         v: v.0,
         ids,
         p,
@@ -197,13 +203,15 @@ fn attention_rope(held: &Step, next: &Step) -> Option<Step> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{cx, kernels, t, typed};
+    use super::super::testing::{cx, cx_with, kernels, t, typed};
     use crate::backend::gpu::kernels::Kernel;
     use crate::backend::gpu::kernels::attention::{AttentionKernel, Params};
+    use crate::backend::gpu::kernels::elementwise::Elementwise;
     use crate::backend::gpu::kernels::rope::RopeKernel;
     use crate::backend::gpu::tape::Step;
     use crate::backend::{AttentionParams, RopeMode, RopeParams, Tensor};
     use crate::quant::GgmlType::{F16, I32};
+    use std::collections::HashSet;
 
     const HEAD: usize = 64;
 
@@ -270,6 +278,42 @@ mod tests {
     fn ropes_cache_writes_and_attention_are_one_dispatch() {
         let ks = kernels(tape(RopeMode::Normal), &cx(true));
         assert_eq!(ks, [Kernel::Attention(AttentionKernel::AttentionRope(F16))]);
+    }
+
+    /// `tape` with K rotated in place, then (`overwritten`) the next
+    /// layer's K projection writing all of K.
+    fn in_place_tape(overwritten: bool) -> Vec<Step> {
+        let mut steps = tape(RopeMode::Normal);
+        let k = t(3, 1, 2 * HEAD);
+        if let Step::Rope { out, .. } = &mut steps[1] {
+            *out = k;
+        }
+        if let Step::SetRows { src, .. } = &mut steps[2] {
+            *src = k;
+        }
+        if overwritten {
+            steps.push(Step::Glu {
+                op: Elementwise::SiluMul,
+                gate: t(20, 1, 2 * HEAD),
+                up: t(21, 1, 2 * HEAD),
+                out: k,
+            });
+        }
+        steps
+    }
+
+    #[test]
+    fn k_rotated_in_place_joins_the_attention_only_where_nothing_reads_it() {
+        let joined = Kernel::Attention(AttentionKernel::AttentionRope(F16));
+        // Overwritten before anything reads it: dead, left unwritten.
+        let ks = kernels(in_place_tape(true), &cx(true));
+        assert_eq!(ks[0], joined, "{ks:?}");
+        // At the tape's end: dead only in a scratch buffer.
+        let ks = kernels(in_place_tape(false), &cx(true));
+        assert_ne!(ks[0], joined, "{ks:?}");
+        let scratch = HashSet::from([3]);
+        let ks = kernels(in_place_tape(false), &cx_with(true, &scratch));
+        assert_eq!(ks, [joined]);
     }
 
     #[test]

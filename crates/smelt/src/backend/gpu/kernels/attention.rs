@@ -43,8 +43,8 @@ kernel_params! {
         pub theta_scale: f32,
         pub freq_scale: f32,
         pub factored: u32,
-        /// ROPE: 1 rounds the output to Q8.
-        pub round_q8: u32,
+        /// ROPE: what it writes besides the output, `ROUND_Q8 | KEEP_K`.
+        pub rope_writes: u32,
         /// 0: exact.wgsl's `opaque` reads it, a value the compiler
         /// cannot fold.
         pub zero: u32,
@@ -88,8 +88,8 @@ pub enum AttentionKernel {
     AttentionQ8(GgmlType),
     /// Decode attention of one row (f32 mode) that first ropes its Q and K
     /// heads and writes K's and V's cache rows (`RopeStore` joined), then
-    /// takes the new key from workgroup memory; `round_q8` says whether it
-    /// rounds its output to Q8 too.
+    /// takes the new key from workgroup memory; `rope_writes` says whether
+    /// it rounds its output to Q8 too, and whether it writes K rotated.
     AttentionRope(GgmlType),
     /// One invocation per (head, row) (prefill).
     AttentionRows { kv: GgmlType, head_dim: u32 },
@@ -277,13 +277,19 @@ pub fn with_q8(
     Dispatch::new(kernel, params, &[&named(t)[..], &q8[..]].concat(), groups)
 }
 
+/// `Params::rope_writes`: the output rounded to Q8 too.
+pub const ROUND_Q8: u32 = 1;
+/// `Params::rope_writes`: K rotated written to `ko`.
+pub const KEEP_K: u32 = 2;
+
 /// What a decode attention takes over from the `RopeStore` before it: Q
 /// before its rope (the attention's q is the rotated one), K and K
-/// rotated, V, the cache rows and the rope.
+/// rotated (None where nothing reads it: left unwritten), V, the cache
+/// rows and the rope.
 #[derive(Clone, Copy)]
 pub struct RopeJoin {
     pub x: Tensor,
-    pub k: (Tensor, Tensor),
+    pub k: (Tensor, Option<Tensor>),
     pub v: Tensor,
     pub ids: Tensor,
     pub p: RopeParams,
@@ -304,7 +310,7 @@ pub fn with_rope(
         theta_scale: r.p.freq_base.powf(-2.0 / r.p.n_dims as f32),
         freq_scale: r.p.freq_scale,
         factored: u32::from(r.p.freq_factors.is_some()),
-        round_q8: u32::from(q8.is_some()),
+        rope_writes: u32::from(q8.is_some()) * ROUND_Q8 + u32::from(r.k.1.is_some()) * KEEP_K,
         ..params
     };
     let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
@@ -321,7 +327,7 @@ pub fn with_rope(
         ("xs", xs),
         ("qo", q),
         ("xk", r.k.0),
-        ("ko", r.k.1),
+        ("ko", r.k.1.unwrap_or(aux.dummy)),
         ("xv", r.v),
         ("ff", ff),
         ("ids", r.ids),

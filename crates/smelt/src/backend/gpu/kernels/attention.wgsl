@@ -36,12 +36,12 @@
 // takes in the ropes and cache writes before it (`AttentionRope`): each
 // workgroup rotates its Q head and its group's K head (rotate.wgsl), keeps
 // the new key and value as the cache holds them in workgroup memory, and
-// the group's first head writes K rotated and both cache rows (rows
-// ids[i]). Key p is taken from workgroup memory when ids[i] is the row
+// the group's first head writes both cache rows (rows ids[i]) and, where
+// something reads it after, K rotated. Key p is taken from workgroup memory when ids[i] is the row
 // the attention reads for it (slot · ctx + pos, as the model writes it);
 // a write elsewhere inside the window would race with the reads (no
-// caller does that). With Q8 always bound, `round_q8` says whether the
-// output is rounded.
+// caller does that). With Q8 always bound, `rope_writes` says whether the
+// output is rounded (1) and whether K rotated is written (2).
 //
 // The parameters are declared in attention_keys.wgsl.
 

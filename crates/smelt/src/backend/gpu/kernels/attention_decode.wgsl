@@ -14,8 +14,9 @@ var<workgroup> w_new: u32;              // 1: key p is the new one (kn, vn)
 
 // Row i's Q head h rotated into qs (and qo); its K head kvh rotated, and
 // its V head, as the cache holds them, into kn and vn. The group's first
-// head also writes K's rotated head to ko and both heads to cache row
-// ids[i] (nothing for a row outside the cache), as rope.wgsl's STORE.
+// head also writes both heads to cache row ids[i] (nothing for a row
+// outside the cache), as rope.wgsl's STORE, and (rope_writes' 2) K's rotated
+// head to ko (which may be xk itself when nothing reads it after).
 fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32) {
     let hd = P.head_dim;
     let kb = i * P.n_kv_heads * hd + kvh * hd;
@@ -56,7 +57,7 @@ fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32) {
         kn[d + 1u] = k2.y;
         vn[d] = v2.x;
         vn[d + 1u] = v2.y;
-        if (first) {
+        if (first && (P.rope_writes & 2u) != 0u) {
             ko[kb + d] = kv.x;
             ko[kb + d + 1u] = kv.y;
         }
@@ -423,7 +424,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         v = vec4<f32>(qs[4u * lid], qs[4u * lid + 1u], qs[4u * lid + 2u], qs[4u * lid + 3u]);
     }
 #ifdef ROPE
-    q8_store(v, lid, live && P.round_q8 == 1u, qb / 4u + lid);
+    q8_store(v, lid, live && (P.rope_writes & 1u) != 0u, qb / 4u + lid);
 #else
     q8_store(v, lid, live, qb / 4u + lid);
 #endif

@@ -16,7 +16,7 @@ struct Params {
     theta_scale: f32,
     freq_scale: f32,
     factored: u32,
-    round_q8: u32,    // ROPE: 1 rounds the output to Q8
+    rope_writes: u32, // ROPE: 1 rounds the output to Q8, + 2 writes K rotated to ko
     zero: u32,       // 0 (exact.wgsl's `opaque`)
     rot: u32,        // KV_BLOCKS: values per rotation group of a cache row
 }

@@ -505,7 +505,8 @@ pub struct CoopGateUp {
     pub x: Tensor,
     pub outs: [Tensor; 2],
     pub glu: Option<(Elementwise, Tensor)>,
-    /// Whether gate and up are written (not after `Backend::discard`).
+    /// Whether gate and up are written (not where nothing reads them
+    /// after, `fuse::live`).
     pub keep: bool,
     pub tile: (usize, usize),
     pub row_bytes: usize,

@@ -234,6 +234,10 @@ pub struct Dispatch {
     pub params: ParamBlock,
     pub bound: Vec<Tensor>,
     pub groups: u64,
+    /// An output it writes whole without reading (`Dispatch::writing`),
+    /// for the fusion pass's liveness (`fuse::live`); None where no one
+    /// said, which counts every bound tensor as read.
+    pub whole: Option<Tensor>,
 }
 
 impl Dispatch {
@@ -271,6 +275,16 @@ impl Dispatch {
             params: block,
             bound,
             groups,
+            whole: None,
+        }
+    }
+
+    /// The dispatch, saying that it writes all of `out` (bound once) and
+    /// reads none of it.
+    pub fn writing(self, out: Tensor) -> Dispatch {
+        Dispatch {
+            whole: Some(out),
+            ..self
         }
     }
 }

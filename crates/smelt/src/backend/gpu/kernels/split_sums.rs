@@ -40,8 +40,9 @@ impl Family for SplitSums {
 pub struct Split {
     pub out: Tensor,
     pub sums: Tensor,
-    /// Whether `out` gets the whole sums (not after `Backend::discard`,
-    /// where an add and norm that take the sums in leave it as it is).
+    /// Whether `out` gets the whole sums (not where nothing reads it
+    /// after, `fuse::live`: an add and norm that take the sums in leave
+    /// it as it is).
     pub keep: bool,
 }
 

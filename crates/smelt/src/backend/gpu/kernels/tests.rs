@@ -302,7 +302,7 @@ fn rope_and_attention_builders_bind_their_kernels() {
     );
     let join = RopeJoin {
         x: q,
-        k: (k, k),
+        k: (k, Some(k)),
         v,
         ids,
         p,
@@ -313,7 +313,7 @@ fn rope_and_attention_builders_bind_their_kernels() {
             d.kernel,
             Kernel::Attention(AttentionKernel::AttentionRope(F16))
         );
-        assert_eq!(d.params[13], u32::from(q8.is_some()));
+        assert_eq!(d.params[13], u32::from(q8.is_some()) + attention::KEEP_K);
     }
 }
 
