@@ -1534,6 +1534,95 @@ fn f32_mode_matmuls_of_one_input() {
 }
 
 /// A rope of `n_heads` heads of `hd` values, all rotated, base 10000.
+/// The f32 mode's head norm and rope (Qwen 3's and Gemma 3's per-head Q
+/// and K RMSNorm), as the model records them: each head of `x` normed into
+/// a scratch buffer, then roped back into `x`. One dispatch (`NormRope`)
+/// where the norm's output is scratch, two where the host may read it;
+/// both against the CPU over modes, head sizes, partial rotary dims,
+/// frequency factors and LongRoPE's magnitude.
+#[test]
+fn f32_mode_head_norm_joins_its_rope() {
+    let (seed, mut b) = f32_mode_bench();
+    let (tokens, heads) = (3usize, 4usize);
+    let pos: Vec<i32> = (0..tokens).map(|_| b.rng.gen_range(0..300)).collect();
+    let pos = b.i32s(&pos);
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        for (hd, n_dims, factored, attn_factor) in [
+            (64usize, 64usize, false, 1.0f32),
+            (128, 64, false, 1.0),
+            (256, 256, true, 1.25),
+        ] {
+            let factors: Vec<f32> = (0..n_dims / 2).map(|i| 1.0 + i as f32 / 8.0).collect();
+            let factors = b.input(F32, 1, n_dims / 2, bytemuck::cast_slice(&factors));
+            let w = b.f32s(1, hd, 1.0);
+            for scratch in [true, false] {
+                let x = b.f32s(tokens, heads * hd, 1.0);
+                let normed = if scratch {
+                    b.scratch(F32, tokens, heads * hd)
+                } else {
+                    b.output(F32, tokens, heads * hd)
+                };
+                let layer = |be: &mut dyn Backend, g: bool| {
+                    let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                    let rope = RopeParams {
+                        n_dims,
+                        freq_factors: factored.then(|| p(factors)),
+                        attn_factor,
+                        ..rope_params(mode, heads, hd)
+                    };
+                    let rows = |t: Tensor| t.reshape(tokens * heads, hd);
+                    be.rms_norm(rows(p(x)), Some(p(w)), 1e-6, rows(p(normed)))?;
+                    be.rope(p(normed), p(pos), &rope, p(x))
+                };
+                let name =
+                    format!("head norm + rope {mode:?} hd {hd} dims {n_dims} scratch {scratch}");
+                // Each check ropes x again on both sides: checked once.
+                b.check(&name, 1e-8, x, layer);
+                let before = b.gpu.stats().dispatches;
+                layer(&mut b.gpu, true).unwrap();
+                b.gpu.synchronize().unwrap();
+                let d = b.gpu.stats().dispatches - before;
+                assert_eq!(d, if scratch { 1 } else { 2 }, "seed {seed}: {name}");
+            }
+        }
+    }
+    b.assert_passed(seed);
+}
+
+/// The f32 mode's post-norm (Gemma's): the projection normed into a
+/// scratch buffer, added to the residual in place. One dispatch
+/// (`RmsNormResidual`) where the norm's output is scratch, two where the
+/// host may read it; against the CPU over widths and rows.
+#[test]
+fn f32_mode_post_norm_joins_its_residual_add() {
+    let (seed, mut b) = f32_mode_bench();
+    for (rows, cols) in [(1usize, 640usize), (5, 1152), (3, 100)] {
+        let w = b.f32s(1, cols, 1.0);
+        for scratch in [true, false] {
+            let (res, proj) = (b.f32s(rows, cols, 1.0), b.f32s(rows, cols, 4.0));
+            let h = if scratch {
+                b.scratch(F32, rows, cols)
+            } else {
+                b.output(F32, rows, cols)
+            };
+            let layer = |be: &mut dyn Backend, g: bool| {
+                let p = |t: Pair| if g { t.gpu } else { t.cpu };
+                be.rms_norm(p(proj), Some(p(w)), 1e-6, p(h))?;
+                be.add(p(res), p(h), p(res))
+            };
+            let name = format!("post-norm + residual add {rows}x{cols} scratch {scratch}");
+            // Each check adds to the residual again on both sides: once.
+            b.check(&name, 1e-10, res, layer);
+            let before = b.gpu.stats().dispatches;
+            layer(&mut b.gpu, true).unwrap();
+            b.gpu.synchronize().unwrap();
+            let d = b.gpu.stats().dispatches - before;
+            assert_eq!(d, if scratch { 1 } else { 2 }, "seed {seed}: {name}");
+        }
+    }
+    b.assert_passed(seed);
+}
+
 fn rope_params(mode: RopeMode, n_heads: usize, hd: usize) -> RopeParams {
     RopeParams {
         mode,

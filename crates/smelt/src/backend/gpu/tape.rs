@@ -26,8 +26,9 @@ pub(super) enum Touch {
     None,
     /// It writes all of this view of it and reads none of it.
     Overwrites(Tensor),
-    /// It reads it, or writes only part of it (or cannot say).
-    Reads,
+    /// It reads it, or writes only part of it (or cannot say), within
+    /// its first this many bytes (views are prefixes).
+    Reads(usize),
 }
 
 /// One recorded op.
@@ -187,8 +188,13 @@ impl Step {
 
     /// How it uses buffer `id` (`fuse::live`).
     pub(super) fn touch(&self, id: u32) -> Touch {
-        let mut named = 0;
-        self.operands(|t| named += usize::from(t.id == id));
+        let (mut named, mut extent) = (0, 0);
+        self.operands(|t| {
+            if t.id == id {
+                named += 1;
+                extent = extent.max(t.n_bytes());
+            }
+        });
         let mut whole = None;
         self.whole_outputs(|t| {
             if t.id == id {
@@ -198,7 +204,7 @@ impl Step {
         match whole {
             _ if named == 0 => Touch::None,
             Some(t) if named == 1 => Touch::Overwrites(t),
-            _ => Touch::Reads,
+            _ => Touch::Reads(extent),
         }
     }
 

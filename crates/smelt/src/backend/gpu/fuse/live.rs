@@ -1,7 +1,8 @@
-//! Outputs nothing reads. A step's output is dead when the first later
-//! step on the tape that names its buffer writes all of it without
-//! reading it, or when no later step names it and the buffer is scratch
-//! (`Backend::alloc_scratch`: its values do not outlive the forward).
+//! Outputs nothing reads. A step's output is dead when later steps on
+//! the tape write all of it (views are prefixes of their buffer) before
+//! any step reads a byte of it not yet overwritten, or when none reads it
+//! and the buffer is scratch (`Backend::alloc_scratch`: its values do not
+//! outlive the forward).
 //! Kernels that can leave such an output unwritten are told so here:
 //! gate and up on cooperative matrices with their GLU joined, and a split
 //! matmul's first half whose sums the add after it takes in. (A decode
@@ -14,11 +15,19 @@ use crate::backend::gpu::tape::{Step, Touch};
 
 /// Whether nothing reads `t` after the steps before `later`.
 pub(super) fn dead<'s>(t: Tensor, later: impl IntoIterator<Item = &'s Step>, cx: &Cx) -> bool {
+    // The first bytes of t overwritten since.
+    let mut overwritten = 0;
     for step in later {
         match step.touch(t.id) {
             Touch::None => {}
-            Touch::Overwrites(w) => return w.n_bytes() >= t.n_bytes(),
-            Touch::Reads => return false,
+            Touch::Overwrites(w) => {
+                overwritten = overwritten.max(w.n_bytes());
+                if overwritten >= t.n_bytes() {
+                    return true;
+                }
+            }
+            Touch::Reads(extent) if extent > overwritten => return false,
+            Touch::Reads(_) => {}
         }
     }
     cx.scratch.contains(&t.id)
@@ -78,14 +87,19 @@ mod tests {
         assert!(dead(x, &[add(5, 6, 7), glu(2, 3, 1)], &cx));
         // Written in place: read.
         assert!(!dead(x, &[add(1, 2, 1)], &cx));
-        // Written in part only (4 of its 8 rows).
-        let part = Step::Glu {
+        // Written in part only (4 of its 8 rows)...
+        let part = |gate, up, out| Step::Glu {
             op: Elementwise::SiluMul,
-            gate: t(2, 4, 64),
-            up: t(3, 4, 64),
-            out: t(1, 4, 64),
+            gate: t(gate, 4, 64),
+            up: t(up, 4, 64),
+            out: t(out, 4, 64),
         };
-        assert!(!dead(x, &[part], &cx));
+        assert!(!dead(x, &[part(2, 3, 1)], &cx));
+        // ... then that part read, then all of it written.
+        let steps = [part(2, 3, 1), part(1, 3, 4), glu(2, 3, 1)];
+        assert!(dead(x, &steps, &cx));
+        // ... then more than that part read.
+        assert!(!dead(x, &[part(2, 3, 1), glu(1, 3, 4)], &cx));
         // The tape's end: dead only if scratch.
         assert!(!dead(x, &[add(5, 6, 7)], &cx));
         let scratch = HashSet::from([1]);

@@ -12,9 +12,11 @@
 //! - `half_blocks`: the op before a coop matmul writing its f16 blocks;
 //! - `gate_up_glu`: gate and up (mat-vecs or coop tiles) with their GLU;
 //! - `residual`: a residual add into the mat-vec before it, a split
-//!   matmul's sums into the add after it, an add with the norm after it;
+//!   matmul's sums into the add after it, an add with the norm after it,
+//!   a post-norm with the add after it;
 //! - `rope_store`: Q's and K's ropes, then K's and V's cache writes, then
-//!   the decode attention after them; two cache writes alike.
+//!   the decode attention after them; two cache writes alike;
+//! - `norm_rope`: a head norm and the rope of its output (f32 mode).
 //!
 //! `live` tells which outputs nothing on the tape reads after them: a
 //! held step leaves those unwritten where its kernel can.
@@ -23,6 +25,7 @@ mod gate_up_glu;
 mod half_blocks;
 mod live;
 mod norm_matvec;
+mod norm_rope;
 mod residual;
 mod rope_store;
 mod round_q8;
@@ -91,7 +94,9 @@ fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx, passed: &mut Passed) 
         passed.dropped_rounding = true;
         return Some(s);
     }
-    round_q8::join(held, next, cx)
+    norm_rope::join(held, next, later, cx)
+        .or_else(|| residual::post_norm(held, next, later, cx))
+        .or_else(|| round_q8::join(held, next, cx))
         .or_else(|| half_blocks::join(held, next, cx))
         .or_else(|| gate_up_glu::join(held, next))
         .or_else(|| residual::join(held, next))

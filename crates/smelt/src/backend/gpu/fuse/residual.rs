@@ -4,11 +4,58 @@
 //!   (`MatVecDot` with `residual`);
 //! - a split matmul's second half's sums into the add of its output
 //!   (`Add` with `split`; the sums are added where the add lowers);
-//! - with the rms_norm of its sum after it (`AddRmsNorm`).
+//! - with the rms_norm of its sum after it (`AddRmsNorm`);
+//! - after the rms_norm of its addend (a post-norm, `RmsNormResidual`),
+//!   where nothing reads the norm's output after the add.
 
+use super::{Cx, live};
 use crate::backend::gpu::kernels::matvec_blocks;
-use crate::backend::gpu::kernels::norm::AddNorm;
+use crate::backend::gpu::kernels::norm::{self, AddNorm};
 use crate::backend::gpu::tape::Step;
+
+/// A post-norm and the residual add of its output: `sum = res +
+/// rms_norm(x) · w` in one dispatch (f32 mode).
+pub(super) fn post_norm(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<Step> {
+    let (
+        &Step::Norm {
+            x,
+            w,
+            eps,
+            out: normed,
+            q8: None,
+        },
+        &Step::Add {
+            a,
+            b,
+            out: sum,
+            split: None,
+        },
+    ) = (held, next)
+    else {
+        return None;
+    };
+    let res = match (a == normed, b == normed) {
+        (false, true) => a,
+        (true, false) => b,
+        _ => return None,
+    };
+    let shapes = [x, res, sum]
+        .iter()
+        .all(|t| (t.rows, t.cols) == (normed.rows, normed.cols));
+    // The norm's input and weight are not written; the residual may be
+    // the sum.
+    let apart = [x.id, w.id]
+        .iter()
+        .all(|&id| id != sum.id && id != res.id && id != normed.id)
+        && res.id != normed.id
+        && sum.id != normed.id;
+    let joins = cx.features.fast_math
+        && !cx.quantize_activations
+        && shapes
+        && apart
+        && live::dead(normed, later, cx);
+    joins.then(|| Step::Dispatch(norm::rms_norm_residual(x, w, eps, res, sum)))
+}
 
 pub(super) fn join(held: &Step, next: &Step) -> Option<Step> {
     match (held, next) {
@@ -139,5 +186,41 @@ mod tests {
             kernels(tape, &cx(true)),
             [Kernel::SplitSums(SplitSums), Kernel::Norm(Norm::AddRmsNorm)]
         );
+    }
+
+    /// Gemma's post-norm: the projection normed into h, h added to the
+    /// residual, then (`overwritten`) h written by the next norm.
+    fn post_norm_tape(overwritten: bool) -> Vec<Step> {
+        let (res, proj, h, w) = (t(1, 2, 64), t(2, 2, 64), t(3, 2, 64), t(4, 1, 64));
+        let norm = |x, out| Step::Norm {
+            x,
+            w,
+            eps: 1e-6,
+            out,
+            q8: None,
+        };
+        let mut steps = vec![norm(proj, h), add(res, h)];
+        if overwritten {
+            steps.push(norm(res, h));
+        }
+        steps
+    }
+
+    #[test]
+    fn a_post_norm_joins_the_residual_add_of_its_output() {
+        let ks = kernels(post_norm_tape(true), &cx(true));
+        assert_eq!(
+            ks,
+            [
+                Kernel::Norm(Norm::RmsNormResidual),
+                Kernel::Norm(Norm::RmsNorm { weight: true })
+            ]
+        );
+        // h read by the host after: apart.
+        let ks = kernels(post_norm_tape(false), &cx(true));
+        assert_eq!(ks[0], Kernel::Norm(Norm::RmsNorm { weight: true }));
+        assert_eq!(ks.len(), 2);
+        // The exact mode keeps both.
+        assert_eq!(kernels(post_norm_tape(true), &cx(false)).len(), 3);
     }
 }

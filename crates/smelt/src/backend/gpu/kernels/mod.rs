@@ -129,6 +129,7 @@ pub mod matvec_blocks;
 pub mod moe;
 pub mod norm;
 pub mod norm_half;
+pub mod norm_rope;
 pub mod quantize;
 pub mod rope;
 pub mod softmax;
@@ -146,6 +147,7 @@ families! {
     SplitSums(split_sums::SplitSums),
     Norm(norm::Norm),
     NormHalf(norm_half::AddRmsNormHalf),
+    NormRope(norm_rope::NormRope),
     Rope(rope::RopeKernel),
     Attention(attention::AttentionKernel),
     AttentionCoop(attention_coop::AttentionCoop),

@@ -1,5 +1,6 @@
 //! rms_norm (`norm.wgsl`), with its weight, and fused with the next
-//! matmul's Q8 rounding or with the residual add before it.
+//! matmul's Q8 rounding, with the residual add before it, or with the
+//! residual add after it.
 
 use crate::backend::Tensor;
 
@@ -32,6 +33,8 @@ pub enum Norm {
     RmsNormQ8,
     /// A residual add and the rms_norm (with a weight) of its sum.
     AddRmsNorm,
+    /// rms_norm with a weight, added to a residual (a post-norm).
+    RmsNormResidual,
 }
 
 impl Family for Norm {
@@ -43,6 +46,7 @@ impl Family for Norm {
             Norm::RmsNorm { weight: true },
             Norm::RmsNormQ8,
             Norm::AddRmsNorm,
+            Norm::RmsNormResidual,
         ]
     }
 
@@ -54,6 +58,7 @@ impl Family for Norm {
                 &const { [rw("x"), rw("out"), rw("w"), rw("xq"), rw("xd"), rw("xs")] }
             }
             Norm::AddRmsNorm => &const { [rw("x"), rw("out"), rw("w"), rw("addend"), rw("sum")] },
+            Norm::RmsNormResidual => &const { [rw("x"), rw("out"), rw("w"), rw("res")] },
         }
     }
 
@@ -71,6 +76,10 @@ impl Family for Norm {
             Norm::AddRmsNorm => {
                 s.def("WEIGHT");
                 s.def("ADD");
+            }
+            Norm::RmsNormResidual => {
+                s.def("WEIGHT");
+                s.def("RESIDUAL");
             }
         }
         s.include(&[shared::REDUCE, shared::EXACT, SOURCE]);
@@ -122,6 +131,19 @@ pub fn rms_norm(
             (x.rows * parts) as u64,
         ),
     }
+}
+
+/// `out = res + rms_norm(x) · w`, a workgroup per row; `out` may be `res`.
+pub fn rms_norm_residual(x: Tensor, w: Tensor, eps: f32, res: Tensor, out: Tensor) -> Dispatch {
+    let params = Params {
+        rows: x.rows as u32,
+        cols: x.cols as u32,
+        eps,
+        parts: 1,
+        zero: 0,
+    };
+    let bound = [("x", x), ("out", out), ("w", w), ("res", res)];
+    Dispatch::new(Norm::RmsNormResidual, params, &bound, x.rows as u64)
 }
 
 /// `sum = a + b`, then `rms_norm(sum, w, eps, out)`, joined on the tape

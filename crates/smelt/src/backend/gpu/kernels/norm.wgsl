@@ -18,6 +18,10 @@
 // add before the norm: sum = x + addend is written to `sum` (which may be
 // x itself) and normalised, one dispatch instead of two.
 //
+// The RESIDUAL define (with WEIGHT, f32-activation mode) fuses the
+// residual add after the norm (Gemma's post-norms): out = res + the
+// normalised row, where out may be res.
+//
 // norm_half.wgsl is ADD with fast math that also writes the output as the
 // next matmul's f16 blocks.
 //
@@ -38,6 +42,9 @@ struct Params {
 #ifdef ADD
 @group(0) @binding(4) var<storage, read_write> addend: array<f32>; // (rows, cols)
 @group(0) @binding(5) var<storage, read_write> sum: array<f32>;   // (rows, cols), may be x
+#endif
+#ifdef RESIDUAL
+@group(0) @binding(4) var<storage, read_write> res: array<f32>;   // (rows, cols), may be out
 #endif
 #ifdef Q8
 @group(0) @binding(4) var<storage, read_write> xq: array<u32>;    // (rows, cols / 4) quants, 4 per word
@@ -70,6 +77,15 @@ fn normed(b: u32, c: u32, scale: f32) -> f32 {
 #else
     return x[b + c] * scale;
 #endif
+#endif
+}
+
+// Stores output value i: v, or with RESIDUAL res + v.
+fn store(i: u32, v: f32) {
+#ifdef RESIDUAL
+    out[i] = res[i] + v;
+#else
+    out[i] = v;
 #endif
 }
 
@@ -145,13 +161,13 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     for (; o + 3u * NORM_WG < cols; o += 4u * NORM_WG) {
         let v = vec4<f32>(normed(b, o, scale), normed(b, o + NORM_WG, scale),
             normed(b, o + 2u * NORM_WG, scale), normed(b, o + 3u * NORM_WG, scale));
-        out[b + o] = v.x;
-        out[b + o + NORM_WG] = v.y;
-        out[b + o + 2u * NORM_WG] = v.z;
-        out[b + o + 3u * NORM_WG] = v.w;
+        store(b + o, v.x);
+        store(b + o + NORM_WG, v.y);
+        store(b + o + 2u * NORM_WG, v.z);
+        store(b + o + 3u * NORM_WG, v.w);
     }
 #endif
     for (; o < cols; o += NORM_WG) {
-        out[b + o] = normed(b, o, scale);
+        store(b + o, normed(b, o, scale));
     }
 }

@@ -1,0 +1,79 @@
+// A head norm and the rope after it (Qwen 3's and Gemma 3's per-head Q
+// and K RMSNorm): out[r] = rope(x[r] / sqrt(mean(x[r]²) + eps) · w) for
+// each head row r of x (rows = tokens · heads, head_dim values each), at
+// the position of row r's token. Plain f32 (the f32-activation mode):
+// norm.wgsl's FAST sum, then rope.wgsl's pairs (normal mode 2i, 2i+1; the
+// NEOX define i, i + n_dims/2; values past n_dims pass through), turned by
+// rotate.wgsl. The norm's own output is not stored (the fusion pass joins
+// the two only where nothing reads it).
+//
+// One workgroup per head row: every invocation sums its values' squares,
+// then turns its pairs. x and out may be the same buffer: a row is read
+// whole before the reduction's barrier, and after it each pair is read and
+// written by one invocation.
+//
+struct Params {
+    rows: u32,        // head rows (tokens · heads)
+    heads: u32,       // heads per token
+    head_dim: u32,
+    n_dims: u32,
+    eps: f32,
+    theta_scale: f32, // base^(-2 / n_dims)
+    freq_scale: f32,
+    factored: u32,    // 1: ff holds frequency factors
+    attn_factor: f32, // the cosines and sines times this (LongRoPE)
+    zero: u32,        // 0 (exact.wgsl's `opaque`)
+}
+@group(0) @binding(0) var<uniform> P: Params;
+
+@group(0) @binding(1) var<storage, read_write> x: array<f32>;     // (rows, head_dim)
+@group(0) @binding(2) var<storage, read_write> w: array<f32>;     // (head_dim)
+@group(0) @binding(3) var<storage, read_write> pos: array<i32>;   // (rows / heads)
+@group(0) @binding(4) var<storage, read_write> ff: array<f32>;    // (n_dims / 2), or a dummy
+@group(0) @binding(5) var<storage, read_write> out: array<f32>;   // (rows, head_dim)
+
+@compute @workgroup_size({{WG}})
+fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let lid = ln.lid;
+    let r = wg_index(wid, nwg);
+    // Whole workgroups leave together (the reduction's barriers).
+    let live = r < P.rows;
+    let hd = P.head_dim;
+    let b = r * hd;
+    var s = 0.0;
+    if (live) {
+        for (var c = lid; c < hd; c += RED_WG) {
+            let v = x[b + c];
+            s = fma(v, v, s);
+        }
+    }
+    let mean = wg_sum(s, ln) / f32(hd);
+    if (!live) {
+        return;
+    }
+    let scale = div_rn(1.0, sqrt_rn(mean + P.eps));
+    let at = f32(pos[r / P.heads]);
+    let nd2 = P.n_dims / 2u;
+    for (var p = lid; p < hd / 2u; p += RED_WG) {
+        let turn = p < nd2;
+#ifdef NEOX
+        var c = vec2<u32>(p, p + nd2);
+        if (!turn) {
+            c = vec2<u32>(P.n_dims + 2u * (p - nd2), P.n_dims + 2u * (p - nd2) + 1u);
+        }
+#else
+        let c = vec2<u32>(2u * p, 2u * p + 1u);
+#endif
+        var y = vec2<f32>(x[b + c.x] * scale * w[c.x], x[b + c.y] * scale * w[c.y]);
+        if (turn) {
+            var factor = 1.0;
+            if (P.factored != 0u) {
+                factor = ff[p];
+            }
+            let sc = rope_angle(p, at, P.theta_scale, P.freq_scale, P.factored != 0u, factor) * P.attn_factor;
+            y = rope_turn(y.x, y.y, sc);
+        }
+        out[b + c.x] = y.x;
+        out[b + c.y] = y.y;
+    }
+}
