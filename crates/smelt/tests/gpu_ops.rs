@@ -1534,16 +1534,16 @@ fn f32_mode_matmuls_of_one_input() {
 }
 
 /// A rope of `n_heads` heads of `hd` values, all rotated, base 10000.
-/// The f32 mode's head norm and rope (Qwen 3's and Gemma 3's per-head Q
-/// and K RMSNorm), as the model records them: each head of `x` normed into
-/// a scratch buffer, then roped back into `x`. One dispatch (`NormRope`)
-/// where the norm's output is scratch, two where the host may read it;
-/// both against the CPU over modes, head sizes, partial rotary dims,
-/// frequency factors and LongRoPE's magnitude.
+/// The f32 mode's head norms and ropes (Qwen 3's and Gemma 3's per-head
+/// Q and K RMSNorm), as the model records them: each head of Q, then of K,
+/// normed into one buffer, then roped back in place. One dispatch for both
+/// (`NormRope` with `pair`) where that buffer is scratch, four where the
+/// host may read it; Q and K against the CPU over modes, head sizes,
+/// partial rotary dims, frequency factors and LongRoPE's magnitude.
 #[test]
-fn f32_mode_head_norm_joins_its_rope() {
+fn f32_mode_head_norms_join_their_ropes() {
     let (seed, mut b) = f32_mode_bench();
-    let (tokens, heads) = (3usize, 4usize);
+    let (tokens, q_heads, k_heads) = (3usize, 4usize, 2usize);
     let pos: Vec<i32> = (0..tokens).map(|_| b.rng.gen_range(0..300)).collect();
     let pos = b.i32s(&pos);
     for mode in [RopeMode::Normal, RopeMode::Neox] {
@@ -1554,35 +1554,44 @@ fn f32_mode_head_norm_joins_its_rope() {
         ] {
             let factors: Vec<f32> = (0..n_dims / 2).map(|i| 1.0 + i as f32 / 8.0).collect();
             let factors = b.input(F32, 1, n_dims / 2, bytemuck::cast_slice(&factors));
-            let w = b.f32s(1, hd, 1.0);
+            let (qw, kw) = (b.f32s(1, hd, 1.0), b.f32s(1, hd, 1.0));
             for scratch in [true, false] {
-                let x = b.f32s(tokens, heads * hd, 1.0);
+                let (q, k) = (
+                    b.f32s(tokens, q_heads * hd, 1.0),
+                    b.f32s(tokens, k_heads * hd, 1.0),
+                );
                 let normed = if scratch {
-                    b.scratch(F32, tokens, heads * hd)
+                    b.scratch(F32, tokens, q_heads * hd)
                 } else {
-                    b.output(F32, tokens, heads * hd)
+                    b.output(F32, tokens, q_heads * hd)
                 };
                 let layer = |be: &mut dyn Backend, g: bool| {
                     let p = |t: Pair| if g { t.gpu } else { t.cpu };
-                    let rope = RopeParams {
-                        n_dims,
-                        freq_factors: factored.then(|| p(factors)),
-                        attn_factor,
-                        ..rope_params(mode, heads, hd)
-                    };
-                    let rows = |t: Tensor| t.reshape(tokens * heads, hd);
-                    be.rms_norm(rows(p(x)), Some(p(w)), 1e-6, rows(p(normed)))?;
-                    be.rope(p(normed), p(pos), &rope, p(x))
+                    for (x, w, heads) in [(q, qw, q_heads), (k, kw, k_heads)] {
+                        let rope = RopeParams {
+                            n_dims,
+                            freq_factors: factored.then(|| p(factors)),
+                            attn_factor,
+                            ..rope_params(mode, heads, hd)
+                        };
+                        let into = p(normed).reshape(tokens, heads * hd);
+                        let rows = |t: Tensor| t.reshape(tokens * heads, hd);
+                        be.rms_norm(rows(p(x)), Some(p(w)), 1e-6, rows(into))?;
+                        be.rope(into, p(pos), &rope, p(x))?;
+                    }
+                    Ok(())
                 };
                 let name =
-                    format!("head norm + rope {mode:?} hd {hd} dims {n_dims} scratch {scratch}");
-                // Each check ropes x again on both sides: checked once.
-                b.check(&name, 1e-8, x, layer);
+                    format!("head norms + ropes {mode:?} hd {hd} dims {n_dims} scratch {scratch}");
+                // Each check ropes Q and K again on both sides (K's check
+                // sees them twice).
+                b.check(&format!("{name}: q"), 1e-8, q, layer);
+                b.check(&format!("{name}: k"), 1e-8, k, layer);
                 let before = b.gpu.stats().dispatches;
                 layer(&mut b.gpu, true).unwrap();
                 b.gpu.synchronize().unwrap();
                 let d = b.gpu.stats().dispatches - before;
-                assert_eq!(d, if scratch { 1 } else { 2 }, "seed {seed}: {name}");
+                assert_eq!(d, if scratch { 1 } else { 4 }, "seed {seed}: {name}");
             }
         }
     }

@@ -17,6 +17,7 @@ use super::kernels::matmul_coop::CoopGateUp;
 use super::kernels::matvec_blocks::{self, DotIn};
 use super::kernels::norm::{self, AddNorm};
 use super::kernels::norm_half::AddRmsNormHalf;
+use super::kernels::norm_rope::{self, HeadNorm};
 use super::kernels::split_sums::Split;
 use super::kernels::{Access, Aux, Dispatch, Family, ShaderFeatures, copy, quantize, rope};
 
@@ -137,6 +138,15 @@ pub(super) enum Step {
     RoundQ8 { x: Tensor, q8: [Tensor; 3] },
     /// `x` as the coop matmul's f16 blocks in `half` (`HalfBlocks`).
     Half { x: Tensor, half: Tensor },
+    /// A head norm and its rope at positions `pos` (`NormRope`); with `k`
+    /// a second head norm (K's, its output `k.out` the norm's) whose rope,
+    /// the next step, may join them (`fuse::norm_rope`).
+    NormRope {
+        q: HeadNorm,
+        pos: Tensor,
+        p: RopeParams,
+        k: Option<HeadNorm>,
+    },
     /// Any other op, lowered.
     Dispatch(Dispatch),
 }
@@ -182,6 +192,12 @@ impl Step {
             }
             Step::MatVecs { outs, n, .. } => outs[..*n].iter().copied().for_each(f),
             Step::RoundQ8 { .. } | Step::Half { .. } => {}
+            Step::NormRope { q, k, .. } => {
+                f(q.out);
+                if let Some(k) = k {
+                    f(k.out);
+                }
+            }
             other => other.out().into_iter().for_each(f),
         }
     }
@@ -301,6 +317,13 @@ impl Step {
                 all(q8);
             }
             Step::Half { x, half } => all(&[*x, *half]),
+            Step::NormRope { q, pos, p, k } => {
+                all(&[q.x, q.w, q.out, *pos]);
+                all(p.freq_factors.as_slice());
+                if let Some(k) = k {
+                    all(&[k.x, k.w, k.out]);
+                }
+            }
             Step::Dispatch(d) => all(&d.bound),
         }
     }
@@ -324,6 +347,12 @@ impl Step {
             Step::GateUp { outs, .. } => all(outs),
             Step::CoopGateUp(g) if g.keep => all(&g.outs),
             Step::MatVecs { outs, n, .. } => all(&outs[..*n]),
+            Step::NormRope { q, k, .. } => {
+                all(&[q.out]);
+                if let Some(k) = k {
+                    all(&[k.out]);
+                }
+            }
             Step::Dispatch(d) => all(d.whole.as_slice()),
             _ => {}
         }
@@ -424,6 +453,15 @@ impl Step {
             Step::Dispatch(d) => d,
             Step::RoundQ8 { x, q8 } => quantize::q8(x, q8),
             Step::Half { x, half } => copy::half_blocks(x, half),
+            Step::NormRope { q, pos, ref p, k } => {
+                let d = norm_rope::dispatch(q, (pos, p), None, aux);
+                // K's norm alone: its rope did not join.
+                let Some(k) = k else {
+                    return emit(d);
+                };
+                emit(d)?;
+                norm::rms_norm(k.x, Some(k.w), k.eps, k.out, None)
+            }
             Step::Rope { x, pos, ref p, out } => rope::rope((x, pos, p, out), None, aux),
             Step::Ropes {
                 q: (x, out),

@@ -1,5 +1,6 @@
 //! A head norm and the rope after it in one dispatch (`norm_rope.wgsl`):
-//! the per-head Q and K RMSNorm of Qwen 3 and Gemma 3, f32 mode.
+//! the per-head Q and K RMSNorm of Qwen 3 and Gemma 3, f32 mode; Q's and
+//! K's in one (`pair`).
 
 use crate::backend::{RopeMode, RopeParams, Tensor};
 
@@ -30,28 +31,56 @@ kernel_params! {
         /// 0: exact.wgsl's `opaque` reads it, a value the compiler
         /// cannot fold.
         pub zero: u32,
+        /// PAIR: head rows of the second tensor.
+        pub rows2: u32,
+        /// PAIR: its heads per token.
+        pub heads2: u32,
     }
 }
 
-/// The rope's pairing.
+/// The rope's pairing, and whether a second tensor (K) comes along.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct NormRope(pub RopeMode);
+pub struct NormRope {
+    pub mode: RopeMode,
+    pub pair: bool,
+}
 
 impl Family for NormRope {
     type Params = Params;
 
     fn all() -> Vec<Self> {
-        vec![NormRope(RopeMode::Normal), NormRope(RopeMode::Neox)]
+        let modes = [RopeMode::Normal, RopeMode::Neox];
+        let kernels = modes.map(|mode| [false, true].map(|pair| NormRope { mode, pair }));
+        kernels.into_iter().flatten().collect()
     }
 
     fn bindings(self) -> &'static [Binding] {
         // exact.wgsl's tables last.
-        &const { [rw("x"), rw("w"), rw("pos"), rw("ff"), rw("out"), r("tab")] }
+        if self.pair {
+            &const {
+                [
+                    rw("x"),
+                    rw("w"),
+                    rw("pos"),
+                    rw("ff"),
+                    rw("out"),
+                    rw("x2"),
+                    rw("w2"),
+                    rw("out2"),
+                    r("tab"),
+                ]
+            }
+        } else {
+            &const { [rw("x"), rw("w"), rw("pos"), rw("ff"), rw("out"), r("tab")] }
+        }
     }
 
     fn source(self, _f: ShaderFeatures, s: &mut Source) {
-        if self.0 == RopeMode::Neox {
+        if self.mode == RopeMode::Neox {
             s.def("NEOX");
+        }
+        if self.pair {
+            s.def("PAIR");
         }
         s.tables(self.bindings());
         s.wg = WG;
@@ -59,15 +88,27 @@ impl Family for NormRope {
     }
 }
 
-/// `out = rope(rms_norm(x) · w)` of the head rows of `x` (`tokens ·
-/// p.n_heads` rows of `p.head_dim`) at the tokens' positions `pos`; `out`
-/// is `x`'s shape and may be `x`.
+/// One head norm and rope: the head rows of `x` (`tokens · heads` rows of
+/// the head size), the norm's weight and eps, and the output (`x`'s
+/// shape; it may be `x`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadNorm {
+    pub x: Tensor,
+    pub w: Tensor,
+    pub eps: f32,
+    pub out: Tensor,
+}
+
+/// `out = rope(rms_norm(x) · w)` of `n`'s head rows (`p.n_heads` a token)
+/// at the tokens' positions `pos`; with `pair`, a second tensor's too (its
+/// own heads a token, the same eps, head size and rope).
 pub fn dispatch(
-    (x, w, eps): (Tensor, Tensor, f32),
+    n: HeadNorm,
     (pos, p): (Tensor, &RopeParams),
-    out: Tensor,
+    pair: Option<(HeadNorm, usize)>,
     aux: Aux,
 ) -> Dispatch {
+    let HeadNorm { x, w, eps, out } = n;
     let params = Params {
         rows: x.rows as u32,
         heads: p.n_heads as u32,
@@ -80,8 +121,10 @@ pub fn dispatch(
         factored: u32::from(p.freq_factors.is_some()),
         attn_factor: p.attn_factor,
         zero: 0,
+        rows2: pair.map_or(0, |(k, _)| k.x.rows as u32),
+        heads2: pair.map_or(0, |(_, heads)| heads as u32),
     };
-    let bound = [
+    let one = [
         ("x", x),
         ("w", w),
         ("pos", pos),
@@ -89,5 +132,16 @@ pub fn dispatch(
         ("out", out),
         ("tab", aux.tables),
     ];
-    Dispatch::new(NormRope(p.mode), params, &bound, x.rows as u64)
+    let kernel = NormRope {
+        mode: p.mode,
+        pair: pair.is_some(),
+    };
+    match pair {
+        None => Dispatch::new(kernel, params, &one, x.rows as u64),
+        Some((k, _)) => {
+            let two = [("x2", k.x), ("w2", k.w), ("out2", k.out)];
+            let groups = (x.rows + k.x.rows) as u64;
+            Dispatch::new(kernel, params, &[&one[..], &two[..]].concat(), groups)
+        }
+    }
 }

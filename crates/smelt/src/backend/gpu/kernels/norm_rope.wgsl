@@ -7,6 +7,10 @@
 // rotate.wgsl. The norm's own output is not stored (the fusion pass joins
 // the two only where nothing reads it).
 //
+// The PAIR define takes a second tensor's head rows (K's, with its own
+// weight and heads, at the same positions) after the first's: workgroup r
+// of rows + rows2 works on x2, w2 and out2 from r = rows on.
+//
 // One workgroup per head row: every invocation sums its values' squares,
 // then turns its pairs. x and out may be the same buffer: a row is read
 // whole before the reduction's barrier, and after it each pair is read and
@@ -23,6 +27,8 @@ struct Params {
     factored: u32,    // 1: ff holds frequency factors
     attn_factor: f32, // the cosines and sines times this (LongRoPE)
     zero: u32,        // 0 (exact.wgsl's `opaque`)
+    rows2: u32,       // PAIR: head rows of the second tensor
+    heads2: u32,      // PAIR: its heads per token
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
@@ -31,19 +37,64 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> pos: array<i32>;   // (rows / heads)
 @group(0) @binding(4) var<storage, read_write> ff: array<f32>;    // (n_dims / 2), or a dummy
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;   // (rows, head_dim)
+#ifdef PAIR
+@group(0) @binding(6) var<storage, read_write> x2: array<f32>;    // (rows2, head_dim)
+@group(0) @binding(7) var<storage, read_write> w2: array<f32>;    // (head_dim)
+@group(0) @binding(8) var<storage, read_write> out2: array<f32>;  // (rows2, head_dim)
+#endif
+
+// Value i of the input row, its weight c, and a store, of the first
+// tensor or (PAIR) the second.
+fn ld(second: bool, i: u32) -> f32 {
+#ifdef PAIR
+    if (second) {
+        return x2[i];
+    }
+#endif
+    return x[i];
+}
+
+fn weight(second: bool, c: u32) -> f32 {
+#ifdef PAIR
+    if (second) {
+        return w2[c];
+    }
+#endif
+    return w[c];
+}
+
+fn st(second: bool, i: u32, v: f32) {
+#ifdef PAIR
+    if (second) {
+        out2[i] = v;
+        return;
+    }
+#endif
+    out[i] = v;
+}
 
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let lid = ln.lid;
-    let r = wg_index(wid, nwg);
+    var r = wg_index(wid, nwg);
+    var rows = P.rows;
+    var heads = P.heads;
+    let second = r >= P.rows;
+#ifdef PAIR
+    if (second) {
+        r -= P.rows;
+        rows = P.rows2;
+        heads = P.heads2;
+    }
+#endif
     // Whole workgroups leave together (the reduction's barriers).
-    let live = r < P.rows;
+    let live = r < rows;
     let hd = P.head_dim;
     let b = r * hd;
     var s = 0.0;
     if (live) {
         for (var c = lid; c < hd; c += RED_WG) {
-            let v = x[b + c];
+            let v = ld(second, b + c);
             s = fma(v, v, s);
         }
     }
@@ -52,7 +103,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         return;
     }
     let scale = div_rn(1.0, sqrt_rn(mean + P.eps));
-    let at = f32(pos[r / P.heads]);
+    let at = f32(pos[r / heads]);
     let nd2 = P.n_dims / 2u;
     for (var p = lid; p < hd / 2u; p += RED_WG) {
         let turn = p < nd2;
@@ -64,7 +115,8 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #else
         let c = vec2<u32>(2u * p, 2u * p + 1u);
 #endif
-        var y = vec2<f32>(x[b + c.x] * scale * w[c.x], x[b + c.y] * scale * w[c.y]);
+        var y = vec2<f32>(ld(second, b + c.x) * scale * weight(second, c.x),
+            ld(second, b + c.y) * scale * weight(second, c.y));
         if (turn) {
             var factor = 1.0;
             if (P.factored != 0u) {
@@ -73,7 +125,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             let sc = rope_angle(p, at, P.theta_scale, P.freq_scale, P.factored != 0u, factor) * P.attn_factor;
             y = rope_turn(y.x, y.y, sc);
         }
-        out[b + c.x] = y.x;
-        out[b + c.y] = y.y;
+        st(second, b + c.x, y.x);
+        st(second, b + c.y, y.y);
     }
 }
