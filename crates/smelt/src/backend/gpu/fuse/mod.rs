@@ -2,8 +2,9 @@
 //! steps in order holding the last one back; a rule joins the held step
 //! and the next into one step where both are one dispatch, else the held
 //! step is lowered as it is and the next is held. Each rule is a pure
-//! pattern over two neighbouring steps (and, for `norm_matvec`, the steps
-//! after them), in its own file:
+//! pattern over two neighbouring steps (and the steps after them, where
+//! it asks `live` or, as `norm_matvec` and `norm_rope` do, looks ahead),
+//! in its own file:
 //!
 //! - `round_q8`: a norm, GLU, decode attention or gate/up with their GLU,
 //!   with the next matmul's Q8 rounding of its output;
@@ -16,7 +17,8 @@
 //!   a post-norm with the add after it;
 //! - `rope_store`: Q's and K's ropes, then K's and V's cache writes, then
 //!   the decode attention after them; two cache writes alike;
-//! - `norm_rope`: a head norm and the rope of its output (f32 mode).
+//! - `norm_rope`: a head norm and the rope of its output, Q's and K's
+//!   together (f32 mode).
 //!
 //! `live` tells which outputs nothing on the tape reads after them: a
 //! held step leaves those unwritten where its kernel can.
