@@ -1536,10 +1536,11 @@ fn f32_mode_matmuls_of_one_input() {
 /// A rope of `n_heads` heads of `hd` values, all rotated, base 10000.
 /// The f32 mode's head norms and ropes (Qwen 3's and Gemma 3's per-head
 /// Q and K RMSNorm), as the model records them: each head of Q, then of K,
-/// normed into one buffer, then roped back in place. One dispatch for both
-/// (`NormRope` with `pair`) where that buffer is scratch, four where the
-/// host may read it; Q and K against the CPU over modes, head sizes,
-/// partial rotary dims, frequency factors and LongRoPE's magnitude.
+/// normed into one buffer, then roped back in place, and Q scaled in place
+/// (Gemma's query scale) or not. One dispatch for all of it (`NormRope`
+/// with `pair`) where that buffer is scratch, one per op where the host
+/// may read it; Q and K against the CPU over modes, head sizes, partial
+/// rotary dims, frequency factors and LongRoPE's magnitude.
 #[test]
 fn f32_mode_head_norms_join_their_ropes() {
     let (seed, mut b) = f32_mode_bench();
@@ -1555,7 +1556,7 @@ fn f32_mode_head_norms_join_their_ropes() {
             let factors: Vec<f32> = (0..n_dims / 2).map(|i| 1.0 + i as f32 / 8.0).collect();
             let factors = b.input(F32, 1, n_dims / 2, bytemuck::cast_slice(&factors));
             let (qw, kw) = (b.f32s(1, hd, 1.0), b.f32s(1, hd, 1.0));
-            for scratch in [true, false] {
+            for (scratch, q_scale) in [(true, None), (true, Some(0.125)), (false, Some(0.125))] {
                 let (q, k) = (
                     b.f32s(tokens, q_heads * hd, 1.0),
                     b.f32s(tokens, k_heads * hd, 1.0),
@@ -1579,10 +1580,14 @@ fn f32_mode_head_norms_join_their_ropes() {
                         be.rms_norm(rows(p(x)), Some(p(w)), 1e-6, rows(into))?;
                         be.rope(into, p(pos), &rope, p(x))?;
                     }
-                    Ok(())
+                    match q_scale {
+                        Some(s) => be.scale(p(q), s, p(q)),
+                        None => Ok(()),
+                    }
                 };
-                let name =
-                    format!("head norms + ropes {mode:?} hd {hd} dims {n_dims} scratch {scratch}");
+                let name = format!(
+                    "head norms + ropes {mode:?} hd {hd} dims {n_dims} scratch {scratch} q scale {q_scale:?}"
+                );
                 // Each check ropes Q and K again on both sides (K's check
                 // sees them twice).
                 b.check(&format!("{name}: q"), 1e-8, q, layer);
@@ -1591,7 +1596,8 @@ fn f32_mode_head_norms_join_their_ropes() {
                 layer(&mut b.gpu, true).unwrap();
                 b.gpu.synchronize().unwrap();
                 let d = b.gpu.stats().dispatches - before;
-                assert_eq!(d, if scratch { 1 } else { 4 }, "seed {seed}: {name}");
+                let apart = 4 + u64::from(q_scale.is_some());
+                assert_eq!(d, if scratch { 1 } else { apart }, "seed {seed}: {name}");
             }
         }
     }

@@ -533,7 +533,11 @@ impl Backend for GpuBackend {
 
     fn scale(&mut self, x: Tensor, s: f32, out: Tensor) -> Result<()> {
         contract::scale(x, out)?;
-        self.run(elementwise::dispatch(Elementwise::Scale, x, None, s, out))
+        for t in [x, out] {
+            self.buffers.get(t)?;
+        }
+        self.record(Step::Scale { x, s, out });
+        Ok(())
     }
 
     fn softcap(&mut self, x: Tensor, cap: f32, out: Tensor) -> Result<()> {

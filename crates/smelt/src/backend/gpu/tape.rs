@@ -21,6 +21,24 @@ use super::kernels::norm_rope::{self, HeadNorm};
 use super::kernels::split_sums::Split;
 use super::kernels::{Access, Aux, Dispatch, Family, ShaderFeatures, copy, quantize, rope};
 
+/// K's head norm held in a `Step::NormRope`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum KHead {
+    /// Its norm (`out` the norm's output); its rope, the next step, may
+    /// join.
+    Normed(HeadNorm),
+    /// Its norm and rope (`out` the rope's), of this many heads a token.
+    Roped(HeadNorm, usize),
+}
+
+impl KHead {
+    fn norm(self) -> HeadNorm {
+        match self {
+            KHead::Normed(k) | KHead::Roped(k, _) => k,
+        }
+    }
+}
+
 /// How a step uses a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Touch {
@@ -138,14 +156,15 @@ pub(super) enum Step {
     RoundQ8 { x: Tensor, q8: [Tensor; 3] },
     /// `x` as the coop matmul's f16 blocks in `half` (`HalfBlocks`).
     Half { x: Tensor, half: Tensor },
-    /// A head norm and its rope at positions `pos` (`NormRope`); with `k`
-    /// a second head norm (K's, its output `k.out` the norm's) whose rope,
-    /// the next step, may join them (`fuse::norm_rope`).
+    /// `out = x · s` (`Scale`).
+    Scale { x: Tensor, s: f32, out: Tensor },
+    /// A head norm and its rope at positions `pos` (`NormRope`), and K's
+    /// with it (`fuse::norm_rope`).
     NormRope {
         q: HeadNorm,
         pos: Tensor,
         p: RopeParams,
-        k: Option<HeadNorm>,
+        k: Option<KHead>,
     },
     /// Any other op, lowered.
     Dispatch(Dispatch),
@@ -192,10 +211,11 @@ impl Step {
             }
             Step::MatVecs { outs, n, .. } => outs[..*n].iter().copied().for_each(f),
             Step::RoundQ8 { .. } | Step::Half { .. } => {}
+            Step::Scale { out, .. } => f(*out),
             Step::NormRope { q, k, .. } => {
                 f(q.out);
                 if let Some(k) = k {
-                    f(k.out);
+                    f(k.norm().out);
                 }
             }
             other => other.out().into_iter().for_each(f),
@@ -317,10 +337,11 @@ impl Step {
                 all(q8);
             }
             Step::Half { x, half } => all(&[*x, *half]),
+            Step::Scale { x, out, .. } => all(&[*x, *out]),
             Step::NormRope { q, pos, p, k } => {
                 all(&[q.x, q.w, q.out, *pos]);
                 all(p.freq_factors.as_slice());
-                if let Some(k) = k {
+                if let Some(k) = k.map(KHead::norm) {
                     all(&[k.x, k.w, k.out]);
                 }
             }
@@ -347,10 +368,11 @@ impl Step {
             Step::GateUp { outs, .. } => all(outs),
             Step::CoopGateUp(g) if g.keep => all(&g.outs),
             Step::MatVecs { outs, n, .. } => all(&outs[..*n]),
+            Step::Scale { out, .. } => all(&[*out]),
             Step::NormRope { q, k, .. } => {
                 all(&[q.out]);
                 if let Some(k) = k {
-                    all(&[k.out]);
+                    all(&[k.norm().out]);
                 }
             }
             Step::Dispatch(d) => all(d.whole.as_slice()),
@@ -453,15 +475,18 @@ impl Step {
             Step::Dispatch(d) => d,
             Step::RoundQ8 { x, q8 } => quantize::q8(x, q8),
             Step::Half { x, half } => copy::half_blocks(x, half),
-            Step::NormRope { q, pos, ref p, k } => {
-                let d = norm_rope::dispatch(q, (pos, p), None, aux);
+            Step::Scale { x, s, out } => elementwise::dispatch(Elementwise::Scale, x, None, s, out),
+            Step::NormRope { q, pos, ref p, k } => match k {
+                None => norm_rope::dispatch(q, (pos, p), None, aux),
+                Some(KHead::Roped(k, heads)) => {
+                    norm_rope::dispatch(q, (pos, p), Some((k, heads)), aux)
+                }
                 // K's norm alone: its rope did not join.
-                let Some(k) = k else {
-                    return emit(d);
-                };
-                emit(d)?;
-                norm::rms_norm(k.x, Some(k.w), k.eps, k.out, None)
-            }
+                Some(KHead::Normed(k)) => {
+                    emit(norm_rope::dispatch(q, (pos, p), None, aux))?;
+                    norm::rms_norm(k.x, Some(k.w), k.eps, k.out, None)
+                }
+            },
             Step::Rope { x, pos, ref p, out } => rope::rope((x, pos, p, out), None, aux),
             Step::Ropes {
                 q: (x, out),

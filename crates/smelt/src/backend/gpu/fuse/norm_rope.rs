@@ -3,13 +3,16 @@
 //!
 //! - a head norm, then the rope of its output: one step (`NormRope`);
 //! - then K's head norm, when the step after it is its rope that would
-//!   join it alike: held with Q's (`k`), then with that rope one dispatch
-//!   for both (`NormRope` with `pair`). Lowered before its rope comes,
-//!   the held K norm runs alone and its rope after it, as recorded.
+//!   join it alike: held with Q's (`KHead::Normed`), then with that rope
+//!   (`KHead::Roped`) one dispatch for both (`NormRope` with `pair`).
+//!   Lowered before its rope comes, the held K norm runs alone and its
+//!   rope after it, as recorded;
+//! - then a scale of Q's output in place (Gemma's query scale), taken in
+//!   as the factor Q's values are scaled by last.
 
 use super::{Cx, live};
-use crate::backend::gpu::kernels::norm_rope::{self, HeadNorm};
-use crate::backend::gpu::tape::Step;
+use crate::backend::gpu::kernels::norm_rope::HeadNorm;
+use crate::backend::gpu::tape::{KHead, Step};
 use crate::backend::{RopeParams, Tensor};
 
 pub(super) fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<Step> {
@@ -39,15 +42,15 @@ pub(super) fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<
                 q,
                 pos,
                 p,
-                k: Some(HeadNorm { out: normed, ..k }),
+                k: Some(KHead::Normed(HeadNorm { out: normed, ..k })),
             })
         }
         (
             &Step::NormRope {
                 q,
                 pos,
-                ref p,
-                k: Some(k),
+                p,
+                k: Some(KHead::Normed(k)),
             },
             &Step::Rope {
                 x,
@@ -63,8 +66,22 @@ pub(super) fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<
                     out: out.reshape(k.x.rows, k.x.cols),
                     ..k
                 };
-                let d = norm_rope::dispatch(q, (pos, p), Some((k, k_p.n_heads)), cx.aux);
-                Step::Dispatch(d)
+                Step::NormRope {
+                    q,
+                    pos,
+                    p,
+                    k: Some(KHead::Roped(k, k_p.n_heads)),
+                }
+            })
+        }
+        (&Step::NormRope { q, pos, p, k }, &Step::Scale { x, s, out }) => {
+            let on_q = x == out && x.id == q.out.id && x.n_bytes() == q.out.n_bytes();
+            let unscaled = q.scale == 1.0 && !matches!(k, Some(KHead::Normed(_)));
+            (on_q && unscaled).then_some(Step::NormRope {
+                q: HeadNorm { scale: s, ..q },
+                pos,
+                p,
+                k,
             })
         }
         _ => None,
@@ -122,7 +139,14 @@ fn norm_and_rope(
         && p.n_dims <= hd
         && live::dead(normed, later, cx);
     let out = out.reshape(x.rows, hd);
-    joins.then_some((HeadNorm { x, w, eps, out }, pos, *p))
+    let n = HeadNorm {
+        x,
+        w,
+        eps,
+        out,
+        scale: 1.0,
+    };
+    joins.then_some((n, pos, *p))
 }
 
 #[cfg(test)]
@@ -212,6 +236,15 @@ mod tests {
             steps
         };
         let mut steps = both();
+        steps.push(overwrite(2));
+        assert_eq!(kernels(steps, &cx(true)), [PAIR, NORM]);
+        // With Q scaled in place after (Gemma's query scale): taken in.
+        let mut steps = both();
+        steps.push(Step::Scale {
+            x: q,
+            s: 0.125,
+            out: q,
+        });
         steps.push(overwrite(2));
         assert_eq!(kernels(steps, &cx(true)), [PAIR, NORM]);
         // K's normed read after its rope: Q's joins alone, K's stay apart.

@@ -35,6 +35,10 @@ kernel_params! {
         pub rows2: u32,
         /// PAIR: its heads per token.
         pub heads2: u32,
+        /// The first tensor's outputs times this.
+        pub scale: f32,
+        /// PAIR: the second's.
+        pub scale2: f32,
     }
 }
 
@@ -89,14 +93,15 @@ impl Family for NormRope {
 }
 
 /// One head norm and rope: the head rows of `x` (`tokens · heads` rows of
-/// the head size), the norm's weight and eps, and the output (`x`'s
-/// shape; it may be `x`).
+/// the head size), the norm's weight and eps, the output (`x`'s shape; it
+/// may be `x`) and a factor its values are scaled by last.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct HeadNorm {
     pub x: Tensor,
     pub w: Tensor,
     pub eps: f32,
     pub out: Tensor,
+    pub scale: f32,
 }
 
 /// `out = rope(rms_norm(x) · w)` of `n`'s head rows (`p.n_heads` a token)
@@ -108,7 +113,13 @@ pub fn dispatch(
     pair: Option<(HeadNorm, usize)>,
     aux: Aux,
 ) -> Dispatch {
-    let HeadNorm { x, w, eps, out } = n;
+    let HeadNorm {
+        x,
+        w,
+        eps,
+        out,
+        scale,
+    } = n;
     let params = Params {
         rows: x.rows as u32,
         heads: p.n_heads as u32,
@@ -123,6 +134,8 @@ pub fn dispatch(
         zero: 0,
         rows2: pair.map_or(0, |(k, _)| k.x.rows as u32),
         heads2: pair.map_or(0, |(_, heads)| heads as u32),
+        scale,
+        scale2: pair.map_or(1.0, |(k, _)| k.scale),
     };
     let one = [
         ("x", x),

@@ -7,6 +7,9 @@
 // rotate.wgsl. The norm's own output is not stored (the fusion pass joins
 // the two only where nothing reads it).
 //
+// Each tensor's outputs are scaled last (`scale`, `scale2`: Gemma's
+// query scale taken in).
+//
 // The PAIR define takes a second tensor's head rows (K's, with its own
 // weight and heads, at the same positions) after the first's: workgroup r
 // of rows + rows2 works on x2, w2 and out2 from r = rows on.
@@ -29,6 +32,8 @@ struct Params {
     zero: u32,        // 0 (exact.wgsl's `opaque`)
     rows2: u32,       // PAIR: head rows of the second tensor
     heads2: u32,      // PAIR: its heads per token
+    scale: f32,       // the first tensor's outputs times this
+    scale2: f32,      // PAIR: the second's
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
@@ -102,7 +107,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     if (!live) {
         return;
     }
-    let scale = div_rn(1.0, sqrt_rn(mean + P.eps));
+    let inv_rms = div_rn(1.0, sqrt_rn(mean + P.eps));
     let at = f32(pos[r / heads]);
     let nd2 = P.n_dims / 2u;
     for (var p = lid; p < hd / 2u; p += RED_WG) {
@@ -115,8 +120,8 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #else
         let c = vec2<u32>(2u * p, 2u * p + 1u);
 #endif
-        var y = vec2<f32>(ld(second, b + c.x) * scale * weight(second, c.x),
-            ld(second, b + c.y) * scale * weight(second, c.y));
+        var y = vec2<f32>(ld(second, b + c.x) * inv_rms * weight(second, c.x),
+            ld(second, b + c.y) * inv_rms * weight(second, c.y));
         if (turn) {
             var factor = 1.0;
             if (P.factored != 0u) {
@@ -125,6 +130,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
             let sc = rope_angle(p, at, P.theta_scale, P.freq_scale, P.factored != 0u, factor) * P.attn_factor;
             y = rope_turn(y.x, y.y, sc);
         }
+        y *= select(P.scale, P.scale2, second);
         st(second, b + c.x, y.x);
         st(second, b + c.y, y.y);
     }
