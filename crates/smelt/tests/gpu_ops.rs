@@ -1263,7 +1263,8 @@ fn glu(
 /// Decode in the f32-activation mode: mat-vecs of the `DOT_TYPES` (Q4_0
 /// and Q8_0 repacked, the others in their GGUF layout) run on Q8-rounded
 /// activations, rounded inside the rms_norm or GLU before them, and take
-/// in the residual add after them; so norm + Q, K, V is one dispatch,
+/// in the residual add after them; so norm + Q, K, V is one dispatch
+/// (with V of another K-quant than Q and K too, as in Q4_K_M),
 /// GLU + down + add two, and a whole FFN two (the norm and GLU inside the
 /// gate and up mat-vecs). Every output, the fused ops' own included,
 /// against the CPU (on the same rounding); and the dispatch counts (F16
@@ -1280,17 +1281,26 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
             b.gpu.synchronize().unwrap();
             b.gpu.stats().dispatches - before
         };
-    let mut cases = vec![(F16, 576usize, 1usize)];
+    // (Q and K's type, V's, k, n): K-quants also with V of another
+    // K-quant (Q4_K_M's Q6_K V), still one dispatch.
+    let mut cases = vec![(F16, F16, 576usize, 1usize)];
     for t in DOT_TYPES {
         match t.block_size() {
-            256 => cases.push((t, 768, 2)),
-            _ if matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0) => {
-                cases.extend([(t, 576, 1), (t, 2080, 3)]);
+            256 => {
+                let v = if t == GgmlType::Q6_K {
+                    GgmlType::Q4_K
+                } else {
+                    GgmlType::Q6_K
+                };
+                cases.extend([(t, t, 768, 2), (t, v, 768, 1)]);
             }
-            _ => cases.push((t, 576, 1)),
+            _ if matches!(t, GgmlType::Q4_0 | GgmlType::Q8_0) => {
+                cases.extend([(t, t, 576, 1), (t, t, 2080, 3)]);
+            }
+            _ => cases.push((t, t, 576, 1)),
         }
     }
-    for (t, k, n) in cases {
+    for (t, v, k, n) in cases {
         let dots = DOT_TYPES.contains(&t);
         // A matmul's input on either side: on the CPU, the GPU's rounding
         // of `x`, in `xr`.
@@ -1309,7 +1319,7 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
             let (x, nw, h) = (b.f32s(n, k, 1.0), b.f32s(1, k, 1.0), b.output(F32, n, k));
             let hr = b.output(F32, n, k);
             let ms = [130usize, 67, 64];
-            let ws = ms.map(|m| b.weight(t, m, k));
+            let ws = [0, 1, 2].map(|i| b.weight(if i == 2 { v } else { t }, ms[i], k));
             let outs = ms.map(|m| b.output(F32, n, m));
             let norm_qkv = |be: &mut dyn Backend, g: bool| {
                 let p = |t: Pair| if g { t.gpu } else { t.cpu };
@@ -1324,7 +1334,7 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                 ("v", outs[2], tol),
             ] {
                 b.check(
-                    &format!("rms_norm+matmuls {t} k={k} n={n}: {name}"),
+                    &format!("rms_norm+matmuls {t} (V {v}) k={k} n={n}: {name}"),
                     tol,
                     out,
                     norm_qkv,
@@ -1332,12 +1342,12 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
             }
             // With dots: the norm taken into Q, K and V's one dispatch.
             let d = dispatches(&mut b, &|be| norm_qkv(be, true));
-            assert_eq!(d, if dots { 1 } else { 4 }, "rms_norm+matmuls {t}");
+            assert_eq!(d, if dots { 1 } else { 4 }, "rms_norm+matmuls {t} (V {v})");
             // That dispatch stores no Q8 rounding of the norm's output: a
             // later matmul of it rounds it afresh.
             let again = b.output(F32, n, ms[0]);
             b.check(
-                &format!("rms_norm+matmuls, then a matmul {t} k={k} n={n}"),
+                &format!("rms_norm+matmuls, then a matmul {t} (V {v}) k={k} n={n}"),
                 tol,
                 again,
                 |be, g| {
@@ -1347,6 +1357,10 @@ fn f32_mode_decode_mat_vecs_fuse_with_their_neighbours() {
                     be.matmul(p(ws[0]), h, p(again))
                 },
             );
+            // The rest takes one type.
+            if v != t {
+                continue;
+            }
 
             let (gate, up, act) = (b.f32s(n, k, 1.0), b.f32s(n, k, 1.0), b.output(F32, n, k));
             let actr = b.output(F32, n, k);

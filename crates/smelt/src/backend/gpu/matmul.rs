@@ -67,8 +67,9 @@ pub(super) fn matmuls(
     }
     let coop = multi_coop(be, ws, x, outs);
     if coop.is_none() && !multi_matvec(be, ws, x, outs) {
-        // Decode of weights of two types (a K-quant model's V of another
-        // type than Q and K): the leading run of one type in one dispatch.
+        // Decode of weights of two types that one dispatch cannot take
+        // (`matvec_blocks::multi_types`): the leading run of one type in
+        // one dispatch.
         let run = ws.iter().take_while(|w| w.dtype == ws[0].dtype).count();
         let lead = run >= 2 && multi_matvec(be, &ws[..run], x, &outs[..run]);
         if lead && run < ws.len() {
@@ -132,11 +133,13 @@ pub(super) fn matmuls(
 }
 
 /// Whether `matmuls` can be one `MatVecMulti` dispatch: decode (up to
-/// MATVEC_MAX_TOKENS rows) of 2 or 3 weights of one type and width that
-/// `matvec_blocks` takes, none split, outputs of their own.
+/// MATVEC_MAX_TOKENS rows) of 2 or 3 weights of one width, of one type
+/// that `matvec_blocks` takes or with a third of another
+/// (`matvec_blocks::multi_types`), none split, outputs of their own.
 fn multi_matvec(be: &GpuBackend, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
     let f = be.ctx.features;
-    x.rows <= MATVEC_MAX_TOKENS && multi_alike(be, ws, x, outs, |t| f.dots(t))
+    x.rows <= MATVEC_MAX_TOKENS
+        && multi_alike(be, ws, x, outs, |t| f.dots(t), matvec_blocks::multi_types)
 }
 
 /// Whether `matmuls` runs multi `MatMulCoop` dispatches: prefill (f32
@@ -154,7 +157,7 @@ fn multi_coop(
         && x.rows > MATVEC_MAX_TOKENS
         && f.coop != 0
         && x.cols.is_multiple_of(32)
-        && multi_alike(be, ws, x, outs, |t| f.repacks(t));
+        && multi_alike(be, ws, x, outs, |t| f.repacks(t), |_, _| false);
     if !fits {
         return None;
     }
@@ -188,7 +191,7 @@ fn coop_gate_up(
         && w0.rows == w1.rows
         && w0.rows.is_multiple_of(32)
         && CoopTile::pick(f.coop, w0.rows, x.rows, be.ctx.coop_huge) == CoopTile::Huge
-        && multi_alike(be, ws, x, outs, |t| f.repacks(t));
+        && multi_alike(be, ws, x, outs, |t| f.repacks(t), |_, _| false);
     let joint = match be.buffers.joint(ws) {
         Some((joint, firsts)) if fits => (joint, [firsts[0], firsts[1]]),
         _ => return Ok(None),
@@ -209,21 +212,24 @@ fn coop_gate_up(
     }))
 }
 
-/// 2 or 3 weights of one type and width, a type that `takes`, none
-/// split, and outputs of their own.
+/// 2 or 3 weights of one width, of types that `takes`, none split, and
+/// outputs of their own: of one type, or the third of a type that
+/// `third(first's, its)` allows.
 fn multi_alike(
     be: &GpuBackend,
     ws: &[Tensor],
     x: Tensor,
     outs: &[Tensor],
     takes: impl Fn(GgmlType) -> bool,
+    third: impl Fn(GgmlType, GgmlType) -> bool,
 ) -> bool {
+    let alike = |i: usize, t0: GgmlType, t: GgmlType| t == t0 || (i == 2 && third(t0, t));
     let w0 = ws.first().copied();
     (2..=3).contains(&ws.len())
         && ws.len() == outs.len()
         && w0.is_some_and(|w0| {
-            ws.iter().all(|w| {
-                w.dtype == w0.dtype
+            ws.iter().enumerate().all(|(i, w)| {
+                alike(i, w0.dtype, w.dtype)
                     && w.cols == w0.cols
                     && takes(w.dtype)
                     && be.buffers.parts(*w).is_none()

@@ -42,7 +42,11 @@ pub(super) fn join(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<
             norm: true,
         }
     } else {
-        MatVecBlocks::MatVecMulti { t, norm: true }
+        MatVecBlocks::MatVecMulti {
+            t,
+            v: t,
+            norm: true,
+        }
     };
     let fits = cx.features.fast_math
         && out.cols <= NORM_MAX_COLS
@@ -129,6 +133,7 @@ mod tests {
             ks,
             [Kernel::MatVecBlocks(MatVecBlocks::MatVecMulti {
                 t: Q4_0,
+                v: Q4_0,
                 norm: true
             })]
         );

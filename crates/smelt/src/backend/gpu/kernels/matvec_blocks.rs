@@ -37,6 +37,48 @@ fn unit_values(t: GgmlType) -> usize {
     if t.block_size() == 256 { 64 } else { 32 }
 }
 
+/// The K-quants, whose units are of 64 values (`UNIT64`): one MULTI
+/// dispatch takes a third weight of another of them.
+const UNIT64_TYPES: [GgmlType; 5] = [
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Whether `MatVecMulti` takes weights of types `t` (the first two) and
+/// `v` (the third): one type, or two K-quants.
+pub fn multi_types(t: GgmlType, v: GgmlType) -> bool {
+    t == v || (UNIT64_TYPES.contains(&t) && UNIT64_TYPES.contains(&v))
+}
+
+/// The WGSL function of a K-quant's unit (`unit_dot_<type>`).
+fn unit_fn(t: GgmlType) -> &'static str {
+    match t {
+        GgmlType::Q2_K => "unit_dot_q2_k",
+        GgmlType::Q3_K => "unit_dot_q3_k",
+        GgmlType::Q4_K => "unit_dot_q4_k",
+        GgmlType::Q5_K => "unit_dot_q5_k",
+        _ => "unit_dot_q6_k",
+    }
+}
+
+/// Defines a K-quant's unit function (`UNIT_<type>`) and what it needs.
+fn unit_defines(s: &mut Source, t: GgmlType) {
+    s.def(match t {
+        GgmlType::Q2_K => "UNIT_Q2_K",
+        GgmlType::Q3_K => "UNIT_Q3_K",
+        GgmlType::Q4_K => "UNIT_Q4_K",
+        GgmlType::Q5_K => "UNIT_Q5_K",
+        _ => "UNIT_Q6_K",
+    });
+    if matches!(t, GgmlType::Q4_K | GgmlType::Q5_K) {
+        s.def("K_SCALES");
+        s.def("ACT_SUMS");
+    }
+}
+
 /// Units per row of `w` (`Params::row_blocks`).
 fn row_units(w: Tensor) -> u32 {
     (w.cols / unit_values(w.dtype)) as u32
@@ -99,9 +141,14 @@ pub enum MatVecBlocks {
     /// The experts' mat-vecs of `matmul_id`: every (token, chosen expert)
     /// pair's rows of a stack of experts.
     MatVecDotId { t: GgmlType },
-    /// Up to 3 weights of one input (`Backend::matmuls`); with `norm`, the
+    /// Up to 3 weights of one input (`Backend::matmuls`): the first two of
+    /// type `t`, the third of `v` (`multi_types`); with `norm`, the
     /// rms_norm before them taken in (16 rows a workgroup).
-    MatVecMulti { t: GgmlType, norm: bool },
+    MatVecMulti {
+        t: GgmlType,
+        v: GgmlType,
+        norm: bool,
+    },
     /// Gate and up (rows a multiple of 32) with the GLU after them (`op`:
     /// SiluMul or GeluMul) and its Q8 rounding: a workgroup per 32 rows of
     /// both; with `norm`, the rms_norm before them taken in.
@@ -135,25 +182,30 @@ impl Family for MatVecBlocks {
     type Params = Params;
 
     fn all() -> Vec<Self> {
-        let mut v = Vec::new();
+        let mut kernels = Vec::new();
         for t in DOT_TYPES {
             for norm in [false, true] {
-                v.push(MatVecBlocks::MatVecMulti { t, norm });
+                for v in DOT_TYPES.into_iter().filter(|&v| multi_types(t, v)) {
+                    kernels.push(MatVecBlocks::MatVecMulti { t, v, norm });
+                }
                 for op in [Elementwise::SiluMul, Elementwise::GeluMul] {
-                    v.push(MatVecBlocks::MatVecGlu { t, op, norm });
+                    kernels.push(MatVecBlocks::MatVecGlu { t, op, norm });
                 }
             }
             for residual in [false, true] {
-                v.push(MatVecBlocks::MatVecDot { t, residual });
+                kernels.push(MatVecBlocks::MatVecDot { t, residual });
             }
-            v.push(MatVecBlocks::MatVecDotId { t });
+            kernels.push(MatVecBlocks::MatVecDotId { t });
         }
-        v
+        kernels
     }
 
     /// Only in the f32-activation mode.
     fn builds_with(self, f: ShaderFeatures) -> bool {
-        f.dots(self.weight())
+        match self {
+            MatVecBlocks::MatVecMulti { t, v, .. } => f.dots(t) && f.dots(v),
+            _ => f.dots(self.weight()),
+        }
     }
 
     fn bindings(self) -> &'static [Binding] {
@@ -246,11 +298,18 @@ impl Family for MatVecBlocks {
             s.set("WQ", "u32");
             if unit_values(t) == 64 {
                 s.def("UNIT64");
+                unit_defines(s, t);
+                s.set("DOT", unit_fn(t));
+                s.set("Q6", t == GgmlType::Q6_K);
+                if let MatVecBlocks::MatVecMulti { v, .. } = self
+                    && v != t
+                {
+                    unit_defines(s, v);
+                    s.set("DOT2", unit_fn(v));
+                    s.set("Q6_2", v == GgmlType::Q6_K);
+                }
             }
-            if matches!(
-                t,
-                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K
-            ) {
+            if matches!(t, GgmlType::Q4_1 | GgmlType::Q5_1) {
                 s.def("ACT_SUMS");
             }
         }
@@ -443,6 +502,7 @@ pub fn multi(ws: &[Tensor], x: DotIn, outs: &[Tensor], n: usize) -> Dispatch {
     ]);
     let kernel = MatVecBlocks::MatVecMulti {
         t: w.dtype,
+        v: w2.dtype,
         norm: norm.is_some(),
     };
     let workgroups = ((groups(w) + groups(w1) + groups2) * n) as u64;

@@ -22,6 +22,11 @@
 // of a half). Units of a weight are numbered across its rows (rows are whole
 // superblocks), so unit u's bytes are found from u alone.
 //
+// A K-quant's unit function is unit_dot_<type>, under UNIT_<type>; the
+// host names the weight's ({{DOT}}) and, in MULTI with DOT2, the third
+// weight's, which may be another K-quant (Q4_K_M's V in Q6_K beside Q and
+// K in Q4_K): the same units per row, one branch on `which` a unit.
+//
 // Q5_0 (22 bytes), Q3_K (110) and Q6_K (210) blocks start at 2-byte steps: their
 // words are put together from two aligned ones (`w1`, `w4`).
 
@@ -204,11 +209,11 @@ fn k_chunk(which: u32, base: u32, c: u32, q: array<vec4<u32>, 4>, a0: Act, a1: A
 }
 #endif
 
-#ifdef TYPE_Q4_K
+#ifdef UNIT_Q4_K
 // { d, dmin: f16, scales: [u8; 12], qs: [u8; 128] } (36 words), 4 chunks
 // of 64 values: a chunk's 32 quant bytes hold sub-block 2c in their low
 // nibbles, 2c + 1 in their high; value = d · sc · q − dmin · min.
-fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+fn unit_dot_q4_k(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
     let base = 36u * (u / 4u);
     let c = u % 4u;
     let q0 = w4a(which, base + 4u + 8u * c);
@@ -217,11 +222,11 @@ fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
 }
 #endif
 
-#ifdef TYPE_Q5_K
+#ifdef UNIT_Q5_K
 // { d, dmin: f16, scales: [u8; 12], qh: [u8; 32], qs: [u8; 128] } (44
 // words): as Q4_K, with bit 2c (2c + 1) of qh byte l the fifth bit of
 // value l of sub-block 2c (2c + 1).
-fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+fn unit_dot_q5_k(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
     let base = 44u * (u / 4u);
     let c = u % 4u;
     let h0 = w4a(which, base + 4u);
@@ -242,14 +247,14 @@ fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
 }
 #endif
 
-#ifdef TYPE_Q2_K
+#ifdef UNIT_Q2_K
 // { scales: [u8; 16], qs: [u8; 64], d: f16, dmin: f16 } (21 words), 2
 // halves n of 128 values, each 4 groups j of 32: bits 2j of qs byte
 // 32n + l are value l of group j; the 16-value sub-block s = 8n + 2j +
 // l / 16 has scale byte s (low nibble: scale, high: min); value =
 // d · sc · q − dmin · m. Unit u: groups 2p and 2p + 1 of half n (u % 4 =
 // 2n + p), whose 4 scale bytes are word u % 4.
-fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+fn unit_dot_q2_k(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
     let base = 21u * (u / 4u);
     let c = u % 4u;
     let n = c / 2u;
@@ -277,14 +282,14 @@ fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
 }
 #endif
 
-#ifdef TYPE_Q3_K
+#ifdef UNIT_Q3_K
 // { hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d: f16 } (110
 // bytes): as Q2_K's groups, with bit 4n + j of hmask byte l the third bit
 // of value l of group j of half n (clear: minus 4), and 16 six-bit scales
 // less 32: the low 4 bits of scale s in byte s % 8 (high nibble for
 // s ≥ 8), the top 2 in bits 2 (s / 4) of byte 8 + s % 4; value =
 // d · (sc − 32) · q. Unit u (u % 4 = 2n + p): scales 8n + 4p .. + 4.
-fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+fn unit_dot_q3_k(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
     let b = 110u * (u / 4u);
     let c = u % 4u;
     let n = c / 2u;
@@ -310,14 +315,14 @@ fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
 }
 #endif
 
-#ifdef TYPE_Q6_K
+#ifdef UNIT_Q6_K
 // { ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16 } (210 bytes),
 // 2 halves n of 128 values, each 4 groups g of 32: the low 4 bits from ql
 // byte 64n + 32(g % 2) + l (low nibbles for g < 2), the high 2 from bits
 // 2g of qh byte 32n + l; value = d · scales[8n + 2g + l / 16] · (q − 32).
 // Unit u: groups gp = u % 2 and gp + 2 of half (u % 4) / 2, which read
 // the same ql and qh bytes.
-fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+fn unit_dot_q6_k(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
     let b = 210u * (u / 4u);
     let n = (u % 4u) / 2u;
     let gp = u % 2u;
@@ -354,21 +359,43 @@ fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
 #endif
 
 #ifdef UNIT64
-// The activation blocks of a row's unit b (its superblock's 8 blocks
-// start at block 8 (b / 4)).
-fn unit_acts(b: u32) -> vec2<u32> {
-#ifdef TYPE_Q6_K
-    let first = 8u * (b / 4u) + 4u * ((b % 4u) / 2u) + b % 2u;
-    return vec2<u32>(first, first + 2u);
-#else
-    return vec2<u32>(2u * b, 2u * b + 1u);
+// Unit u of weight `which` against activation blocks a0, a1: the weight's
+// type ({{DOT}}), or with DOT2 the third weight's own type (a K-quant
+// model's V of another type than Q and K, in one MULTI dispatch).
+fn unit_dot(which: u32, u: u32, a0: Act, a1: Act) -> f32 {
+#ifdef DOT2
+    if (which == 2u) {
+        return {{DOT2}}(which, u, a0, a1);
+    }
 #endif
+    return {{DOT}}(which, u, a0, a1);
+}
+
+// The activation blocks of a row's unit b (its superblock's 8 blocks
+// start at block 8 (b / 4)): Q6_K's unit takes groups g and g + 2 of a
+// half, the others two neighbouring groups.
+fn unit_acts(q6: bool, b: u32) -> vec2<u32> {
+    if (q6) {
+        let first = 8u * (b / 4u) + 4u * ((b % 4u) / 2u) + b % 2u;
+        return vec2<u32>(first, first + 2u);
+    }
+    return vec2<u32>(2u * b, 2u * b + 1u);
+}
+
+// Whether weight `which` is Q6_K.
+fn is_q6(which: u32) -> bool {
+#ifdef DOT2
+    if (which == 2u) {
+        return {{Q6_2}};
+    }
+#endif
+    return {{Q6}};
 }
 
 // Unit b's contribution to 4 rows (first units rb) of weight `which`,
 // from the token's activation blocks starting at block xb.
 fn rows4(which: u32, rb: vec4<u32>, b: u32, xb: u32) -> vec4<f32> {
-    let ab = unit_acts(b);
+    let ab = unit_acts(is_q6(which), b);
     var a0 = act_block(xb, ab.x);
     var a1 = act_block(xb, ab.y);
 #ifdef ACT_SUMS

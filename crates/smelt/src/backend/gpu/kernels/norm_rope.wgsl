@@ -112,14 +112,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     let nd2 = P.n_dims / 2u;
     for (var p = lid; p < hd / 2u; p += RED_WG) {
         let turn = p < nd2;
-#ifdef NEOX
-        var c = vec2<u32>(p, p + nd2);
-        if (!turn) {
-            c = vec2<u32>(P.n_dims + 2u * (p - nd2), P.n_dims + 2u * (p - nd2) + 1u);
-        }
-#else
-        let c = vec2<u32>(2u * p, 2u * p + 1u);
-#endif
+        let c = rope_columns(p, P.n_dims);
         var y = vec2<f32>(ld(second, b + c.x) * inv_rms * weight(second, c.x),
             ld(second, b + c.y) * inv_rms * weight(second, c.y));
         if (turn) {

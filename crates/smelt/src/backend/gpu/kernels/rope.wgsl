@@ -187,14 +187,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let nd2 = n_dims / 2u;
     let turn = p < nd2;
     // The pair's columns in a head.
-#ifdef NEOX
-    var c = vec2<u32>(p, p + nd2);
-    if (!turn) {
-        c = vec2<u32>(n_dims + 2u * (p - nd2), n_dims + 2u * (p - nd2) + 1u);
-    }
-#else
-    let c = vec2<u32>(2u * p, 2u * p + 1u);
-#endif
+    let c = rope_columns(p, n_dims);
     var sc = vec2<f32>(0.0, 1.0);
     if (turn) {
         var factor = 1.0;

@@ -23,6 +23,21 @@ fn rope_angle(i: u32, at: f32, theta_scale: f32, freq_scale: f32, factored: bool
     return sincos_rn(freq_scale * theta);
 }
 
+// The columns of pair i in a head: normal mode (2i, 2i + 1); the NEOX
+// define (i, i + n_dims/2). Pairs from n_dims / 2 on are not turned and
+// lie past n_dims, two neighbouring columns in either mode.
+fn rope_columns(i: u32, n_dims: u32) -> vec2<u32> {
+    let half = n_dims / 2u;
+    if (i >= half) {
+        return vec2<u32>(n_dims + 2u * (i - half), n_dims + 2u * (i - half) + 1u);
+    }
+#ifdef NEOX
+    return vec2<u32>(i, i + half);
+#else
+    return vec2<u32>(2u * i, 2u * i + 1u);
+#endif
+}
+
 // (x0, x1) turned by the angle of sine and cosine sc.
 fn rope_turn(x0: f32, x1: f32, sc: vec2<f32>) -> vec2<f32> {
     return vec2<f32>(fmaf(x0, sc.y, -(x1 * sc.x)), fmaf(x0, sc.x, x1 * sc.y));
