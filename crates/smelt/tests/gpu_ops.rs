@@ -2008,6 +2008,41 @@ fn f32_mode_prefill_attention() {
     );
 }
 
+/// Decode of a K-quant weight of many short rows, an output projection's
+/// shape (`MatVecDot` 16 rows a workgroup), alone and with the residual
+/// add, against the CPU on the same Q8 rounding of `x`. The rows end in a
+/// part of a workgroup.
+#[test]
+fn f32_mode_decode_of_many_short_k_quant_rows() {
+    let (seed, mut b) = f32_mode_bench();
+    let (m, k) = (16384 + 16 * 3 + 5, 512);
+    let x = b.f32s(1, k, 1.0);
+    let xr = b.output(F32, 1, k);
+    let r = b.f32s(1, m, 1.0);
+    for t in [GgmlType::Q4_K, GgmlType::Q6_K] {
+        let w = b.weight(t, m, k);
+        let (out, sum) = (b.output(F32, 1, m), b.output(F32, 1, m));
+        let matvec_add = |be: &mut dyn Backend, g: bool| {
+            let p = |t: Pair| if g { t.gpu } else { t.cpu };
+            let x = if g {
+                x.gpu
+            } else {
+                cpu_q8_rounded(be, x.cpu, xr.cpu)?
+            };
+            be.matmul(p(w), x, p(out))?;
+            be.add(p(r), p(out), p(sum))
+        };
+        b.check(&format!("matmul {t} m={m} k={k}"), 1e-9, out, matvec_add);
+        b.check(
+            &format!("matmul+add {t} m={m} k={k}"),
+            1e-9,
+            sum,
+            matvec_add,
+        );
+    }
+    b.assert_passed(seed);
+}
+
 /// Decode mat-vecs that do not join (weights of different types) one
 /// after the other, as a Gemma 3 Q4_K_M's layers run them: Q (F16), K
 /// (Q5_0) and V (Q8_0) of one normed input, each held for a residual add

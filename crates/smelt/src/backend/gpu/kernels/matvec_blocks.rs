@@ -79,6 +79,20 @@ fn unit_defines(s: &mut Source, t: GgmlType) {
     }
 }
 
+/// Whether a mat-vec of `w` takes 16 rows a workgroup: K-quant rows of
+/// up to 64 units (4096 values), where 4 rows would leave at least half
+/// of the workgroup's `WG_DOT` invocations without a unit, in a weight of
+/// so many rows (the output projection's) that a quarter of the
+/// workgroups still fill the device. Fewer rows keep 4 a workgroup: at
+/// 2048-4096 rows, 16 made an attention output 7-50% slower.
+fn rows16(w: Tensor) -> bool {
+    unit_values(w.dtype) == 64 && row_units(w) <= WG_DOT / 2 && w.rows >= ROWS16_MIN_ROWS
+}
+
+/// Rows of a weight from which `rows16` takes 16 rows a workgroup (1024
+/// workgroups of them).
+const ROWS16_MIN_ROWS: usize = 16384;
+
 /// Units per row of `w` (`Params::row_blocks`).
 fn row_units(w: Tensor) -> u32 {
     (w.cols / unit_values(w.dtype)) as u32
@@ -136,8 +150,13 @@ pub const NORM_MAX_COLS: usize = 4096;
 /// The weight type (one of `DOT_TYPES`) and what is fused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatVecBlocks {
-    /// One weight, and with `residual` the residual add after it.
-    MatVecDot { t: GgmlType, residual: bool },
+    /// One weight, and with `residual` the residual add after it; with
+    /// `rows16`, 16 rows a workgroup, not 4 (`rows16`).
+    MatVecDot {
+        t: GgmlType,
+        residual: bool,
+        rows16: bool,
+    },
     /// The experts' mat-vecs of `matmul_id`: every (token, chosen expert)
     /// pair's rows of a stack of experts.
     MatVecDotId { t: GgmlType },
@@ -193,7 +212,16 @@ impl Family for MatVecBlocks {
                 }
             }
             for residual in [false, true] {
-                kernels.push(MatVecBlocks::MatVecDot { t, residual });
+                for rows16 in [false, true]
+                    .into_iter()
+                    .filter(|&r| !r || unit_values(t) == 64)
+                {
+                    kernels.push(MatVecBlocks::MatVecDot {
+                        t,
+                        residual,
+                        rows16,
+                    });
+                }
             }
             kernels.push(MatVecBlocks::MatVecDotId { t });
         }
@@ -338,10 +366,15 @@ impl Family for MatVecBlocks {
                 s.def("Q8");
                 s.def(op.glu_define());
             }
-            MatVecBlocks::MatVecDot { residual, .. } => {
+            MatVecBlocks::MatVecDot {
+                residual, rows16, ..
+            } => {
                 s.def("SINGLE");
                 if residual {
                     s.def("RESID");
+                }
+                if rows16 {
+                    s.def("ROWS16");
                 }
             }
             MatVecBlocks::MatVecDotId { .. } => s.def("ID"),
@@ -413,7 +446,9 @@ pub fn dot(
     o0: usize,
     resid: Option<(Tensor, Tensor)>,
 ) -> Dispatch {
-    let (m, n, blocks) = (w.rows, out.rows, w.rows.div_ceil(4));
+    let rows16 = rows16(w);
+    let (m, n) = (w.rows, out.rows);
+    let blocks = m.div_ceil(if rows16 { 16 } else { 4 });
     let params = Params {
         m: m as u32,
         k: w.cols as u32,
@@ -431,6 +466,7 @@ pub fn dot(
     let kernel = MatVecBlocks::MatVecDot {
         t: w.dtype,
         residual: resid.is_some(),
+        rows16,
     };
     Dispatch::new(kernel, params, &bound, (blocks * n) as u64)
 }

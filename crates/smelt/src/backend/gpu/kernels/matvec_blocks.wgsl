@@ -391,6 +391,16 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
 
 #ifdef SINGLE
+// ROWS16: 4 quads of rows a workgroup, RED_WG / 4 invocations each, for
+// rows of few units (a K-quant row of 4096 values is 64), which would
+// leave most of a 4-row workgroup idle.
+#ifdef ROWS16
+const QUADS: u32 = 4u;
+#else
+const QUADS: u32 = 1u;
+#endif
+const PER: u32 = RED_WG / QUADS;
+
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
@@ -400,11 +410,26 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         return;
     }
     let tg = token_group(g, P.n);
-    let r0 = tg.group * NR;
     let t = tg.t;
     let nb = P.row_blocks;
-    let total = wg_sum4(sweep(0u, firsts(r0, m, nb), nb, t * (P.k / 32u), ln.lid, RED_WG), ln);
-    if (ln.lid == 0u) {
+    let lid = ln.lid;
+    let r0 = (tg.group * QUADS + lid / PER) * NR;
+    let part = sweep(0u, firsts(r0, m, nb), nb, t * (P.k / 32u), lid % PER, PER);
+#ifdef ROWS16
+    // The quads' sums meet in a tree over workgroup memory.
+    red4[lid] = part;
+    for (var s = PER / 2u; s > 0u; s >>= 1u) {
+        workgroupBarrier();
+        if (lid % PER < s) {
+            red4[lid] += red4[lid + s];
+        }
+    }
+    let total = red4[lid];
+    if (lid % PER == 0u) {
+#else
+    let total = wg_sum4(part, ln);
+    if (lid == 0u) {
+#endif
         for (var r = 0u; r < NR; r++) {
             if (r0 + r < m) {
                 let o = t * P.out_stride + P.out_col0 + r0 + r;

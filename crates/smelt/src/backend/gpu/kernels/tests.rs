@@ -55,8 +55,23 @@ fn matmul_builders_bind_their_kernels() {
     let dot = MatVecBlocks::MatVecDot {
         t: Q4_0,
         residual: true,
+        rows16: false,
     };
     assert_eq!(d.kernel, Kernel::MatVecBlocks(dot));
+    // K-quant rows of few units in a weight of many rows: 16 rows a
+    // workgroup; in fewer rows, 4.
+    for (m, rows16) in [(16384, true), (4096, false)] {
+        let wk = t(9, GgmlType::Q4_K, m, 256);
+        let d = matvec_blocks::dot((wk, q8, out), 0, None);
+        let want = MatVecBlocks::MatVecDot {
+            t: GgmlType::Q4_K,
+            residual: false,
+            rows16,
+        };
+        assert_eq!(d.kernel, Kernel::MatVecBlocks(want));
+        // Workgroups per token (out has 8 rows).
+        assert_eq!(d.groups, 8 * m as u64 / if rows16 { 16 } else { 4 });
+    }
     let norm = DotIn::Norm(NormJoin {
         x,
         w: t(8, F32, 1, 256),
