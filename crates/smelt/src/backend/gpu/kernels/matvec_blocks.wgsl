@@ -23,7 +23,10 @@
 //
 // MULTI: up to 3 weights of one input in one dispatch (`Backend::matmuls`:
 // Q, K, V; gate, up), their row blocks one after the other; weight i > 0
-// is bound as wq{i} and writes out{i}.
+// is bound as wq{i} and writes out{i}. The third may be of another K-quant
+// than the first two (matvec_blocks_gguf.wgsl's DOT2).
+//
+// SINGLE (one weight): 4 rows a workgroup, or with ROWS16 16.
 //
 // GLU: gate (wq) and up (wq1) of one input, act = silu(gate) · up (or
 // GELU), a workgroup per 32 rows of both, and with `round_q8` the Q8
