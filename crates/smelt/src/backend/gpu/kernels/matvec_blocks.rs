@@ -84,7 +84,7 @@ fn unit_defines(s: &mut Source, t: GgmlType) {
 /// of the workgroup's `WG_DOT` invocations without a unit, in a weight of
 /// so many rows (the output projection's) that a quarter of the
 /// workgroups still fill the device. Fewer rows keep 4 a workgroup: at
-/// 2048-4096 rows, 16 made an attention output 7-50% slower.
+/// 2048-4096 rows, 16 made an attention output 7-23% slower.
 fn rows16(w: Tensor) -> bool {
     unit_values(w.dtype) == 64 && row_units(w) <= WG_DOT / 2 && w.rows >= ROWS16_MIN_ROWS
 }
