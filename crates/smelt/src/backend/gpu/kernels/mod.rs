@@ -377,6 +377,8 @@ pub mod shared {
     pub const EXACT: &str = include_str!("exact.wgsl");
     /// RoPE's rotation of a pair.
     pub const ROTATE: &str = include_str!("rotate.wgsl");
+    /// Loads and stores of a kernel's first or second (PAIR) tensor.
+    pub const PAIR_IO: &str = include_str!("pair_io.wgsl");
     /// A mat-vec workgroup's sweep over its weight rows (after QUANT and
     /// REDUCE).
     pub const MATVEC_ROWS: &str = include_str!("matvec_rows.wgsl");

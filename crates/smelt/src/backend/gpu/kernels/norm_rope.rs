@@ -88,7 +88,13 @@ impl Family for NormRope {
         }
         s.tables(self.bindings());
         s.wg = WG;
-        s.include(&[shared::REDUCE, shared::EXACT, shared::ROTATE, SOURCE]);
+        s.include(&[
+            shared::REDUCE,
+            shared::EXACT,
+            shared::ROTATE,
+            shared::PAIR_IO,
+            SOURCE,
+        ]);
     }
 }
 

@@ -48,17 +48,7 @@ struct Params {
 @group(0) @binding(8) var<storage, read_write> out2: array<f32>;  // (rows2, head_dim)
 #endif
 
-// Value i of the input row, its weight c, and a store, of the first
-// tensor or (PAIR) the second.
-fn ld(second: bool, i: u32) -> f32 {
-#ifdef PAIR
-    if (second) {
-        return x2[i];
-    }
-#endif
-    return x[i];
-}
-
+// Weight c of the first tensor or (PAIR) the second (values: pair_io.wgsl).
 fn weight(second: bool, c: u32) -> f32 {
 #ifdef PAIR
     if (second) {
@@ -66,16 +56,6 @@ fn weight(second: bool, c: u32) -> f32 {
     }
 #endif
     return w[c];
-}
-
-fn st(second: bool, i: u32, v: f32) {
-#ifdef PAIR
-    if (second) {
-        out2[i] = v;
-        return;
-    }
-#endif
-    out[i] = v;
 }
 
 @compute @workgroup_size({{WG}})

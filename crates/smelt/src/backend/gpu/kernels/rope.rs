@@ -120,7 +120,7 @@ impl Family for RopeKernel {
         }
         s.tables(self.bindings());
         s.set("HEADS", ROPE_HEADS);
-        s.include(&[shared::EXACT, shared::ROTATE, SOURCE]);
+        s.include(&[shared::EXACT, shared::ROTATE, shared::PAIR_IO, SOURCE]);
     }
 }
 

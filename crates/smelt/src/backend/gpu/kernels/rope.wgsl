@@ -104,25 +104,6 @@ fn store_v(j: u32) {
 }
 #endif
 
-fn ld(second: bool, i: u32) -> f32 {
-#ifdef PAIR
-    if (second) {
-        return x2[i];
-    }
-#endif
-    return x[i];
-}
-
-fn st(second: bool, i: u32, v: f32) {
-#ifdef PAIR
-    if (second) {
-        out2[i] = v;
-        return;
-    }
-#endif
-    out[i] = v;
-}
-
 const HEADS: u32 = {{HEADS}}u;
 
 // Pair p, at columns c of a head, of heads h0 .. h0 + HEADS (of `heads`)
