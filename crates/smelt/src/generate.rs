@@ -121,7 +121,7 @@ pub fn generate(
     };
     session.truncate(0, 0);
     let start = Instant::now();
-    let mut logits = session.decode(&Batch::sequence(prompt, 0, 0))?.to_vec();
+    let mut logits = Session::decode(session, &Batch::sequence(prompt, 0, 0))?.to_vec();
     timings.prompt_secs = start.elapsed().as_secs_f64();
 
     let start = Instant::now();
@@ -173,7 +173,7 @@ pub fn generate(
             out.finish = FinishReason::Length;
             break false;
         }
-        logits.copy_from_slice(session.decode(&Batch::sequence(&[id], pos, 0))?);
+        logits.copy_from_slice(Session::decode(session, &Batch::sequence(&[id], pos, 0))?);
     };
     if !stopped_by_string {
         // Text held back for a character or a possible stop string is final.
