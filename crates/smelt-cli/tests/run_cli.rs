@@ -137,6 +137,17 @@ fn bench_prints_llama_bench_json_and_markdown() {
         assert_eq!(r["model_type"], "llama 135M Q4_1", "{r}");
     }
 
+    // At a depth: the cache filled first, the tests named as llama-bench
+    // names them.
+    let out = smelt(&[
+        "bench", "-m", &model, "-p", "8", "-n", "2", "-d", "20", "-r", "1", "-t", "2", "-o", "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("JSON array");
+    let tests: Vec<&str> = rows.iter().map(|r| r["test"].as_str().unwrap()).collect();
+    assert_eq!(tests, ["pp8 @ d20", "tg2 @ d20"]);
+    assert!(rows.iter().all(|r| r["n_depth"] == 20), "{rows:?}");
+
     let out = smelt(&["bench", "-m", &model, "-p", "8", "-n", "2", "-r", "1"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let md = String::from_utf8(out.stdout).unwrap();

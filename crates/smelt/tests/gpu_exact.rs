@@ -31,6 +31,7 @@ fn gqa(hd: usize, ctx: usize) -> AttentionParams {
         ctx,
         window: None,
         softcap: None,
+        keys: 0,
     }
 }
 

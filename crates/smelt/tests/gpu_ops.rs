@@ -1907,6 +1907,142 @@ fn f32_mode_decode_attention_takes_in_the_ropes() {
     b.assert_passed(seed);
 }
 
+/// A decode attention of few heads (8 heads of one row or three: fewer
+/// workgroups than a GPU has multiprocessors) splits each head's keys into
+/// parts, a workgroup each, merged by a second dispatch: at the first
+/// position (one part with the key, the rest empty), inside one part,
+/// across parts, with a window that leaves the first keys out, rows of
+/// two slots; alone, with the next mat-vec's Q8 rounding in the merge, and
+/// with the ropes and cache writes before it joined (Q rotated in place
+/// in scratch, as the model ropes it, so no part reads a Q another has
+/// rotated). Every output against the CPU; the dispatches counted.
+#[test]
+fn f32_mode_decode_attention_splits_over_the_keys() {
+    let (seed, mut b) = f32_mode_bench();
+    let (n_heads, n_kv, ctx) = (8usize, 2usize, 700usize);
+    // (positions, window, split: the window leaves 4 chunks or more)
+    let cases: [(&[i32], Option<usize>, bool); 6] = [
+        (&[0], None, true),
+        (&[20], None, true),
+        (&[699], None, true),
+        (&[650], Some(560), true),
+        (&[250], Some(40), false),
+        (&[3, 150, 699], None, true),
+    ];
+    for hd in [64usize, 128] {
+        let w = b.weight(GgmlType::Q4_0, 96, n_heads * hd);
+        for cache_t in [F32, F16] {
+            let (kc, _) = random_cache(&mut b, cache_t, 2 * ctx, n_kv * hd);
+            let (vc, _) = random_cache(&mut b, cache_t, 2 * ctx, n_kv * hd);
+            // The host's bound on the keys a row sees, above these rows'
+            // (8 chunks of the workgroup's 128 keys: 4 parts), or unknown
+            // (not split).
+            let params = |window, keys| AttentionParams {
+                window,
+                keys,
+                ..AttentionParams::new(n_heads, n_kv, hd, ctx)
+            };
+            for (ci, &(at, window, split)) in cases.iter().enumerate() {
+                let rows = at.len();
+                let slots: Vec<i32> = (0..rows as i32).map(|r| r % 2).collect();
+                let (pos, seq) = (b.i32s(at), b.i32s(&slots));
+                let q = b.f32s(rows, n_heads * hd, 1.0);
+                let (out, out_r) = (
+                    b.output(F32, rows, n_heads * hd),
+                    b.output(F32, rows, n_heads * hd),
+                );
+                let mv = b.output(F32, rows, 96);
+                let name = format!("split attention hd {hd} {cache_t} case {ci}");
+                for (with_matvec, keys) in [(false, 1024), (true, 1024), (false, 0)] {
+                    let ap = params(window, keys);
+                    let layer = |be: &mut dyn Backend, g: bool| {
+                        let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                        be.attention(p(q), p(kc), p(vc), p(pos), p(seq), &ap, p(out))?;
+                        if !with_matvec {
+                            return Ok(());
+                        }
+                        let x = if g {
+                            out.gpu
+                        } else {
+                            cpu_q8_rounded(be, out.cpu, out_r.cpu)?
+                        };
+                        be.matmul(p(w), x, p(mv))
+                    };
+                    // The mat-vec's tolerance: f32_mode_decode_attention_takes_in_the_ropes.
+                    let (what, t, tol) = match with_matvec {
+                        false => ("attention", out, 1e-9),
+                        true => ("mat-vec", mv, 4e-6),
+                    };
+                    let what = format!("{what} (keys {keys})");
+                    b.check(&format!("{name}: {what}"), tol, t, layer);
+                    let before = b.gpu.stats().dispatches;
+                    layer(&mut b.gpu, true).unwrap();
+                    b.gpu.synchronize().unwrap();
+                    let d = b.gpu.stats().dispatches - before;
+                    // Parts and merge, then the mat-vec.
+                    let want = [1, 2][usize::from(split && keys > 0)] + u64::from(with_matvec);
+                    assert_eq!(d, want, "seed {seed}: {name}: {what}: dispatches");
+                }
+            }
+            // One row with the ropes and cache writes joined: its key and
+            // value come from the rope, the rest from the cache.
+            let at = 600usize;
+            let (pos, seq) = (b.i32s(&[at as i32]), b.i32s(&[1]));
+            let ids = b.i32s(&[(ctx + at) as i32]);
+            let (q, k, v) = (
+                b.f32s(1, n_heads * hd, 1.0),
+                b.f32s(1, n_kv * hd, 1.0),
+                b.f32s(1, n_kv * hd, 1.0),
+            );
+            let q_scratch = b.scratch(F32, 1, n_heads * hd);
+            let k_rot = b.output(F32, 1, n_kv * hd);
+            let (out, out_r) = (
+                b.output(F32, 1, n_heads * hd),
+                b.output(F32, 1, n_heads * hd),
+            );
+            let mv = b.output(F32, 1, 96);
+            let layer = |be: &mut dyn Backend, g: bool| {
+                let p = |x: Pair| if g { x.gpu } else { x.cpu };
+                let rope = |n| RopeParams {
+                    attn_factor: 1.0,
+                    ..rope_params(RopeMode::Normal, n, hd)
+                };
+                be.copy(p(q), p(q_scratch))?;
+                be.rope(p(q_scratch), p(pos), &rope(n_heads), p(q_scratch))?;
+                be.rope(p(k), p(pos), &rope(n_kv), p(k_rot))?;
+                be.set_rows(p(k_rot), p(ids), p(kc))?;
+                be.set_rows(p(v), p(ids), p(vc))?;
+                let ap = params(None, 1024);
+                be.attention(p(q_scratch), p(kc), p(vc), p(pos), p(seq), &ap, p(out))?;
+                let x = if g {
+                    out.gpu
+                } else {
+                    cpu_q8_rounded(be, out.cpu, out_r.cpu)?
+                };
+                be.matmul(p(w), x, p(mv))
+            };
+            let name = format!("split rope+attention hd {hd} {cache_t}");
+            for (what, t, tol) in [
+                ("mat-vec", mv, 4e-6),
+                ("attention", out, 1e-9),
+                ("k rotated", k_rot, 1e-9),
+                ("k cache", kc, 1e-9),
+                ("v cache", vc, 1e-9),
+            ] {
+                b.check(&format!("{name}: {what}"), tol, t, layer);
+            }
+            let before = b.gpu.stats().dispatches;
+            layer(&mut b.gpu, true).unwrap();
+            b.gpu.synchronize().unwrap();
+            let d = b.gpu.stats().dispatches - before;
+            // The copy, the parts with the ropes and cache writes, the
+            // merge with the rounding, the mat-vec.
+            assert_eq!(d, 4, "seed {seed}: {name}: dispatches");
+        }
+    }
+    b.assert_passed(seed);
+}
+
 /// Prefill attention in the f32 mode: with subgroups, four invocations a
 /// (head, row) in workgroups of 32 rows (`AttentionQuads`); on cooperative
 /// matrices, workgroups of 2 query heads of a KV head, or 1 (groups of 4

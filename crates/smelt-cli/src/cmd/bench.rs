@@ -5,6 +5,9 @@
 //!   empty cache.
 //! - `tgN`: N tokens decoded one at a time from an empty cache, each a
 //!   random id.
+//! - With `-d D`, the cache is first filled with D random tokens, once,
+//!   untimed and uncounted, and each run (`ppN @ dD`, `tgN @ dD`) continues
+//!   from there.
 //!
 //! Each test runs once to warm up, then `-r` times; the table gives the mean
 //! and sample standard deviation of tokens per second.
@@ -29,6 +32,10 @@ pub struct Args {
     /// Generated tokens (0 skips the test)
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     n_gen: usize,
+    /// Tokens already in the KV cache when each test starts, filled
+    /// untimed: prompt and generation speed at that depth (llama-bench's -d)
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    n_depth: usize,
     /// Repetitions of each test
     #[arg(short = 'r', long, default_value_t = 5)]
     repetitions: usize,
@@ -49,6 +56,7 @@ struct Result {
     test: String,
     n_prompt: usize,
     n_gen: usize,
+    n_depth: usize,
     /// Tokens per second of each repetition.
     samples: Vec<f64>,
     /// The backend's work per token over the repetitions.
@@ -117,8 +125,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.n_prompt == 0 && args.n_gen == 0 {
         bail!("both -p and -n are 0: nothing to measure");
     }
+    let depth = args.n_depth;
     let params = SessionParams {
-        n_ctx: Some(args.n_prompt.max(args.n_gen).max(1)),
+        n_ctx: Some(depth + args.n_prompt.max(args.n_gen).max(1)),
         n_batch: args.n_prompt.clamp(1, 512),
         ..SessionParams::default()
     };
@@ -130,17 +139,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
     let vocab = m.session.config().n_vocab as u64;
     let mut random = move || (rng.next() % vocab) as u32;
+    // A test's name, with its depth as llama-bench names it.
+    let name = |test: String| match depth {
+        0 => test,
+        d => format!("{test} @ d{d}"),
+    };
+    // The depth's tokens, decoded once before any count or timing; each
+    // run forgets what came after them.
+    if depth > 0 {
+        eprintln!("smelt: filling the cache to depth {depth}");
+        let tokens: Vec<u32> = (0..depth).map(|_| random()).collect();
+        m.session.decode(&Batch::sequence(&tokens, 0, 0))?;
+    }
 
     let mut results = Vec::new();
     if args.n_prompt > 0 {
         let mut run = |s: &mut Session| -> anyhow::Result<f64> {
+            s.truncate(0, depth);
             let tokens: Vec<u32> = (0..args.n_prompt).map(|_| random()).collect();
-            s.truncate(0, 0);
             let start = Instant::now();
-            s.decode(&Batch::sequence(&tokens, 0, 0))?;
+            s.decode(&Batch::sequence(&tokens, depth, 0))?;
             Ok(args.n_prompt as f64 / start.elapsed().as_secs_f64())
         };
-        let test = format!("pp{}", args.n_prompt);
+        let test = name(format!("pp{}", args.n_prompt));
         progress(&test, None, args.repetitions);
         run(&mut m.session)?;
         let before = m.session.model().backend_stats();
@@ -157,28 +178,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let tokens = args.n_prompt * args.repetitions;
         if args.backend.verbose {
             let devices_after = m.session.model().backend_device_stats();
-            let test = format!("pp{}", args.n_prompt);
             engine::report_devices(&devices_before, &devices_after, tokens, &test);
         }
-        perf_table(&m.session, &format!("pp{}", args.n_prompt), &times, tokens);
+        perf_table(&m.session, &test, &times, tokens);
         results.push(Result {
-            test: format!("pp{}", args.n_prompt),
+            test,
             n_prompt: args.n_prompt,
             n_gen: 0,
+            n_depth: depth,
             samples,
             work: PerToken::between(before, after, args.n_prompt * args.repetitions),
         });
     }
     if args.n_gen > 0 {
         let mut run = |s: &mut Session, n: usize| -> anyhow::Result<f64> {
-            s.truncate(0, 0);
+            s.truncate(0, depth);
             let start = Instant::now();
-            for pos in 0..n {
+            for pos in depth..depth + n {
                 s.decode(&Batch::sequence(&[random()], pos, 0))?;
             }
             Ok(n as f64 / start.elapsed().as_secs_f64())
         };
-        let test = format!("tg{}", args.n_gen);
+        let test = name(format!("tg{}", args.n_gen));
         progress(&test, None, args.repetitions);
         run(&mut m.session, 1)?;
         let before = m.session.model().backend_stats();
@@ -196,21 +217,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let tokens = args.n_gen * args.repetitions;
         if args.backend.verbose {
             let devices_after = m.session.model().backend_device_stats();
-            let test = format!("tg{}", args.n_gen);
             engine::report_devices(&devices_before, &devices_after, tokens, &test);
             let now = m.session.host_times();
             let per = |d: std::time::Duration| d.as_secs_f64() * 1e6 / tokens as f64;
             eprintln!(
-                "smelt: tg{}: host time per token: recording {:.1} µs, submit to logits {:.1} µs",
-                args.n_gen,
+                "smelt: {test}: host time per token: recording {:.1} µs, submit to logits {:.1} µs",
                 per(now.recording - host.recording),
                 per(now.finishing - host.finishing)
             );
         }
-        perf_table(&m.session, &format!("tg{}", args.n_gen), &times, tokens);
+        perf_table(&m.session, &test, &times, tokens);
         results.push(Result {
-            test: format!("tg{}", args.n_gen),
+            test,
             n_prompt: 0,
+            n_depth: depth,
             n_gen: args.n_gen,
             samples,
             work: PerToken::between(before, after, args.n_gen * args.repetitions),
@@ -262,6 +282,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                         "n_threads": threads,
                         "n_prompt": r.n_prompt,
                         "n_gen": r.n_gen,
+                        "n_depth": r.n_depth,
                         "test": r.test,
                         "avg_ts": r.mean(),
                         "stddev_ts": r.stddev(),

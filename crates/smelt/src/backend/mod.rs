@@ -137,6 +137,11 @@ pub struct AttentionParams {
     pub window: Option<usize>,
     /// Gemma 2 style `softcap * tanh(s / softcap)` on the scores.
     pub softcap: Option<f32>,
+    /// The most keys a query row of the call attends to (the largest
+    /// position + 1), known to the host: a hint for kernels that share
+    /// long rows of keys out; 0 when not known. Results do not depend
+    /// on it.
+    pub keys: usize,
 }
 
 impl AttentionParams {
@@ -151,6 +156,7 @@ impl AttentionParams {
             ctx,
             window: None,
             softcap: None,
+            keys: 0,
         }
     }
 }

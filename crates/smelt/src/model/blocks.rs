@@ -22,7 +22,7 @@
 
 use super::ModelError;
 use super::config::{Config, Glu as GluAct, Moe as MoeConfig};
-use super::decoder::{Activations, Output};
+use super::decoder::{Activations, Output, Rows};
 use super::kv_cache::KvCache;
 use super::loader::Loader;
 use crate::backend::{AttentionParams, Backend, Op, RopeParams, Tensor};
@@ -35,6 +35,8 @@ pub struct Step<'a> {
     pub a: &'a Activations,
     pub cache: &'a KvCache,
     pub n: usize,
+    /// The most keys a row attends to (`AttentionParams::keys`).
+    pub keys: usize,
     pub out: Output,
     pub tokens: Tensor,  // 1 × B, I32
     pub pos: Tensor,     // 1 × B, I32
@@ -48,9 +50,10 @@ impl<'a> Step<'a> {
         c: &'a Config,
         a: &'a Activations,
         cache: &'a KvCache,
-        n: usize,
+        rows: Rows,
         out: Output,
     ) -> Self {
+        let n = rows.n;
         let ids = |t: Tensor, len: usize| t.reshape(1, len);
         let n_out = match out {
             Output::Logits { rows } => rows,
@@ -61,6 +64,7 @@ impl<'a> Step<'a> {
             a,
             cache,
             n,
+            keys: rows.keys,
             out,
             tokens: ids(a.tokens, n),
             pos: ids(a.pos, n),
@@ -248,7 +252,11 @@ pub fn attention(
         return Ok(None);
     }
     let (attn, proj) = (s.rows(a.attn), s.rows(a.proj));
-    b.attention(q, cache.k[il], cache.v[il], s.pos, s.seq, &l.params, attn)?;
+    let params = AttentionParams {
+        keys: s.keys,
+        ..l.params
+    };
+    b.attention(q, cache.k[il], cache.v[il], s.pos, s.seq, &params, attn)?;
     b.matmul(w.output, attn, proj)?;
     if let Some(bias) = w.bias[3] {
         b.add(proj, bias, proj)?;

@@ -220,7 +220,15 @@ pub enum Output {
     Hidden,
 }
 
-/// One step of `n` rows, whose ids, positions, slots and cache rows are
+/// A step's rows: how many, and the most keys one of them attends to
+/// (its position + 1).
+#[derive(Clone, Copy, Debug)]
+pub struct Rows {
+    pub n: usize,
+    pub keys: usize,
+}
+
+/// One step of `rows`, whose ids, positions, slots and cache rows are
 /// already written to `a`; records what `out` asks for.
 pub fn forward(
     b: &mut dyn Backend,
@@ -228,14 +236,15 @@ pub fn forward(
     w: &Weights,
     cache: &KvCache,
     a: &Activations,
-    n: usize,
+    rows: Rows,
     out: Output,
 ) -> Result<(), ModelError> {
+    let n = rows.n;
     let n_out = match out {
         Output::Logits { rows } => rows,
         Output::Hidden => n,
     };
-    let s = Step::new(c, a, cache, n, out);
+    let s = Step::new(c, a, cache, rows, out);
     let factors = w.rope_factors(c, cache.n_ctx);
     let x = s.rows(a.x);
     b.get_rows(w.token_embd, s.tokens, x)?;

@@ -471,7 +471,9 @@ impl Session {
             true => decoder::Output::Hidden,
             false => decoder::Output::Logits { rows: n_out },
         };
-        decoder::forward(b, c, &self.model.weights, &self.cache, a, n, out)?;
+        let keys = rows.iter().map(|r| r.pos + 1).max().unwrap_or(0);
+        let step = decoder::Rows { n, keys };
+        decoder::forward(b, c, &self.model.weights, &self.cache, a, step, out)?;
         let recorded = Instant::now();
         if hidden {
             let e = c.n_embd;

@@ -253,6 +253,7 @@ fn attention_sweep() {
                     ctx,
                     window,
                     softcap,
+                    keys: 0,
                 };
                 // The fast op rounds the query and its value accumulator to
                 // f16 with an F16 cache, as ggml does: more so the longer
@@ -310,6 +311,7 @@ fn attention_rows_are_batch_invariant() {
         ctx,
         window: None,
         softcap: None,
+        keys: 0,
     };
     // Attention of runs of `(slot, rows)` (positions 5.. each) on `q`.
     let run = |b: &mut dyn Backend, rows: &[(i32, usize)], q: &[f32]| {
@@ -525,6 +527,7 @@ fn fast_errors_match_reference() {
             ctx: 5,
             window: None,
             softcap: None,
+            keys: 0,
         };
         let o = b.alloc(GgmlType::F32, 1, 8).unwrap();
         assert!(

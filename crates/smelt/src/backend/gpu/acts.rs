@@ -38,6 +38,8 @@ pub(super) struct Acts {
     held: Option<(u32, usize, usize, Held)>,
     /// A split matmul's second half's sums (`split_sums`).
     split_sums: Option<Tensor>,
+    /// A split decode attention's parts (`attention_parts`).
+    attention_parts: Option<Tensor>,
 }
 
 /// What `Acts` holds of a tensor.
@@ -79,6 +81,7 @@ impl Acts {
             *self = Acts {
                 capacity: n,
                 split_sums: self.split_sums,
+                attention_parts: self.attention_parts,
                 ..Acts::default()
             };
         }
@@ -190,11 +193,26 @@ pub(super) fn half_input(be: &mut GpuBackend, x: Tensor) -> Result<Tensor> {
 /// A `1 × n` F32 scratch for a split matmul's second half
 /// (`CoopTile::HugeSplit`), grown when a larger one is asked for.
 pub(super) fn split_sums(be: &mut GpuBackend, n: usize) -> Result<Tensor> {
-    match be.acts.split_sums {
+    scratch(be, |a| &mut a.split_sums, n)
+}
+
+/// A `1 × n` F32 scratch for a split decode attention's parts
+/// (`attention::Parts`), grown likewise.
+pub(super) fn attention_parts(be: &mut GpuBackend, n: usize) -> Result<Tensor> {
+    scratch(be, |a| &mut a.attention_parts, n)
+}
+
+/// The scratch `slot` of `Acts` as `1 × n`, allocated or grown to it.
+fn scratch(
+    be: &mut GpuBackend,
+    slot: fn(&mut Acts) -> &mut Option<Tensor>,
+    n: usize,
+) -> Result<Tensor> {
+    match *slot(&mut be.acts) {
         Some(t) if t.n_elements() >= n => Ok(t.reshape(1, n)),
         _ => {
             let t = be.alloc_tensor(GgmlType::F32, 1, n)?;
-            be.acts.split_sums = Some(t);
+            *slot(&mut be.acts) = Some(t);
             Ok(t)
         }
     }

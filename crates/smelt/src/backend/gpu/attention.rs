@@ -6,10 +6,13 @@
 //!   (head, row) (`AttentionQuads`), or one (`AttentionRows`).
 //! - Decode: a workgroup per (row, head), a step that the ropes and cache
 //!   writes before it and the next matmul's Q8 rounding may join
-//!   (`fuse::rope_store`, `fuse::round_q8`).
+//!   (`fuse::rope_store`, `fuse::round_q8`); in the f32 mode with a float
+//!   cache, few heads and long rows of keys (`AttentionParams::keys`),
+//!   split over the keys into parts, merged by a second dispatch
+//!   (`attention::parts_for`).
 
 use crate::backend::{AttentionParams, Op, Result};
-use crate::quant::GgmlType::{F16, Q4_0, Q8_0};
+use crate::quant::GgmlType::{F16, F32, Q4_0, Q8_0};
 
 use super::kernels::Family;
 use super::kernels::attention::{self, AttentionKernel, Operands, Params};
@@ -71,11 +74,23 @@ pub(super) fn attention(be: &mut GpuBackend, t: Operands, p: &AttentionParams) -
     if q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4) {
         return prefill(be, t, p, params);
     }
+    let groups = q.rows * p.n_heads;
+    let keys = p.window.map_or(p.keys, |w| w.min(p.keys));
+    let parts = match attention::parts_for(groups, keys) {
+        // Split over the keys in the f32 mode with a float cache.
+        n if n > 1 && be.ctx.features.fast_math && matches!(k_cache.dtype, F32 | F16) => {
+            let buffer = super::acts::attention_parts(be, groups * n as usize * (p.head_dim + 2))?;
+            Some(attention::Parts { n, buffer })
+        }
+        _ => None,
+    };
     be.record(Step::Attention {
         t,
         params,
-        groups: (q.rows * p.n_heads) as u64,
+        groups: groups as u64,
         rope: None,
+        q8: None,
+        parts,
     });
     Ok(())
 }

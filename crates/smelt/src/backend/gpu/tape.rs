@@ -51,6 +51,10 @@ pub(super) enum Touch {
 }
 
 /// One recorded op.
+// Steps are values in a vector reused from tape to tape, a few hundred a
+// forward: a large variant costs a little memory, a boxed one an
+// allocation per op.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Step {
     /// `rms_norm(x, w, eps, out)`; with `q8` (quants, scales, sums) the
     /// Q8 rounding of `out` too (`RmsNormQ8`).
@@ -115,13 +119,17 @@ pub(super) enum Step {
         dst: Tensor,
     },
     /// Decode attention (q, caches, positions, slots, out; its parameters
-    /// and workgroups); with `rope`, the ropes and cache writes before it
-    /// joined (`AttentionRope`).
+    /// and workgroups, one per row and head); with `rope`, the ropes and
+    /// cache writes before it joined (`AttentionRope`); with `q8`, the Q8
+    /// rounding of its output (`AttentionQ8`); with `parts`, split over
+    /// the keys (`AttentionParts`, then `AttentionMerge`).
     Attention {
         t: attention::Operands,
         params: attention::Params,
         groups: u64,
         rope: Option<RopeJoin>,
+        q8: Option<[Tensor; 3]>,
+        parts: Option<attention::Parts>,
     },
     /// Prefill attention on cooperative matrices.
     CoopAttention(CoopAttention),
@@ -300,8 +308,14 @@ impl Step {
                 all(p.freq_factors.as_slice());
             }
             Step::SetRows { src, ids, dst } => all(&[*src, *ids, *dst]),
-            Step::Attention { t, rope, .. } => {
+            Step::Attention {
+                t, rope, q8, parts, ..
+            } => {
                 all(t);
+                if let Some(q8) = q8 {
+                    all(q8);
+                }
+                all(parts.map(|p| p.buffer).as_slice());
                 if let Some(r) = rope {
                     all(&[r.x, r.k.0, r.v, r.ids]);
                     all(r.k.1.as_slice());
@@ -399,7 +413,9 @@ impl Step {
     /// matmul (`fuse::round_q8`).
     pub(super) fn rounds_output(&self) -> bool {
         match *self {
-            Step::Norm { q8: None, .. } | Step::Glu { .. } | Step::Attention { .. } => true,
+            Step::Norm { q8: None, .. } | Step::Glu { .. } | Step::Attention { q8: None, .. } => {
+                true
+            }
             Step::GateUp { glu, .. } => glu.is_some(),
             _ => false,
         }
@@ -418,11 +434,20 @@ impl Step {
                 t,
                 params,
                 groups,
-                rope: Some(rope),
-            } => attention::with_rope((t, params, groups), rope, Some(q8), aux),
-            Step::Attention {
-                t, params, groups, ..
-            } => attention::with_q8(t, params, groups, q8, aux),
+                rope,
+                q8: None,
+                parts,
+            } => {
+                let q8 = Some(q8);
+                return Some(Step::Attention {
+                    t,
+                    params,
+                    groups,
+                    rope,
+                    q8,
+                    parts,
+                });
+            }
             Step::GateUp {
                 w,
                 x,
@@ -518,13 +543,28 @@ impl Step {
                 t,
                 params,
                 groups,
-                rope: Some(rope),
-            } => attention::with_rope((t, params, groups), rope, None, aux),
-            Step::Attention {
-                t, params, groups, ..
+                rope,
+                q8,
+                parts,
             } => {
-                let kernel = attention::AttentionKernel::Attention(t[1].dtype);
-                attention::dispatch(kernel, t, params, groups, aux)
+                // A split's parts read Q before its rope while the first
+                // part writes it rotated: not where that is in place and
+                // read later.
+                let racing = rope.is_some_and(|r| r.keep_q && r.x.id == t[0].id);
+                match (parts, rope, q8) {
+                    (Some(parts), ..) if !racing => {
+                        let [first, merge] =
+                            attention::split((t, params, groups), parts, rope, q8, aux);
+                        emit(first)?;
+                        merge
+                    }
+                    (_, Some(rope), _) => attention::with_rope((t, params, groups), rope, q8, aux),
+                    (_, None, Some(q8)) => attention::with_q8(t, params, groups, q8, aux),
+                    (_, None, None) => {
+                        let kernel = attention::AttentionKernel::Attention(t[1].dtype);
+                        attention::dispatch(kernel, t, params, groups, aux)
+                    }
+                }
             }
             Step::MatVec { w, x, out } => matvec_blocks::dot((w, x, out), 0, None),
             Step::MatVecs {

@@ -162,6 +162,8 @@ fn attention_rope(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<S
             params,
             groups,
             rope: None,
+            q8: None,
+            parts,
         },
     ) = (held, next)
     else {
@@ -188,6 +190,7 @@ fn attention_rope(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<S
     }
     let rope = Some(RopeJoin {
         x,
+        keep_q: !live::dead(qo, later, cx),
         k: (k.0, k_out),
         v: v.0,
         ids,
@@ -198,6 +201,8 @@ fn attention_rope(held: &Step, next: &Step, later: &[Step], cx: &Cx) -> Option<S
         params,
         groups,
         rope,
+        q8: None,
+        parts,
     })
 }
 
@@ -270,6 +275,8 @@ mod tests {
                 params: Params::new(1, &ap, 16),
                 groups: 4,
                 rope: None,
+                q8: None,
+                parts: None,
             },
         ]
     }

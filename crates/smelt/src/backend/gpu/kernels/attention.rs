@@ -15,6 +15,8 @@ const DECODE: &str = include_str!("attention_decode.wgsl");
 const ROWS: &str = include_str!("attention_rows.wgsl");
 /// The readers of a block cache and its rotation.
 const BLOCKS: &str = include_str!("attention_blocks.wgsl");
+/// The merge of a split decode attention's parts.
+const MERGE: &str = include_str!("attention_merge.wgsl");
 /// Which cache rows a query row sees, and the parameters: shared with
 /// `attention_coop`.
 pub const KEYS: &str = include_str!("attention_keys.wgsl");
@@ -43,7 +45,8 @@ kernel_params! {
         pub theta_scale: f32,
         pub freq_scale: f32,
         pub factored: u32,
-        /// ROPE: what it writes besides the output, `ROUND_Q8 | KEEP_K`.
+        /// ROPE: what it writes besides the output, `ROUND_Q8 | KEEP_K |
+        /// KEEP_Q`.
         pub rope_writes: u32,
         /// 0: exact.wgsl's `opaque` reads it, a value the compiler
         /// cannot fold.
@@ -89,8 +92,21 @@ pub enum AttentionKernel {
     /// Decode attention of one row (f32 mode) that first ropes its Q and K
     /// heads and writes K's and V's cache rows (`RopeStore` joined), then
     /// takes the new key from workgroup memory; `rope_writes` says whether
-    /// it rounds its output to Q8 too, and whether it writes K rotated.
+    /// it rounds its output to Q8 too, and whether it writes K and Q
+    /// rotated.
     AttentionRope(GgmlType),
+    /// Decode attention split over the keys (f32 mode, F32 or F16 cache):
+    /// a workgroup per (row, head, part), each writing its part's running
+    /// max, sum and unnormalised output to `parts` for `AttentionMerge`;
+    /// with `rope`, the ropes and cache writes joined as `AttentionRope`.
+    AttentionParts {
+        kv: GgmlType,
+        rope: bool,
+        parts: u32,
+    },
+    /// The parts' outputs rescaled to their common max and summed: the
+    /// attention's output, with `q8` also rounded to Q8 blocks.
+    AttentionMerge { q8: bool, parts: u32 },
     /// One invocation per (head, row) (prefill).
     AttentionRows { kv: GgmlType, head_dim: u32 },
     /// Four invocations per (head, row), each a quarter of the head, for a
@@ -98,14 +114,19 @@ pub enum AttentionKernel {
     AttentionQuads { kv: GgmlType, head_dim: u32 },
 }
 
+/// The part counts a split decode attention is built for.
+pub const PARTS: [u32; 3] = [2, 4, 8];
+
 impl AttentionKernel {
     fn kv(self) -> GgmlType {
         match self {
             AttentionKernel::Attention(kv)
             | AttentionKernel::AttentionQ8(kv)
             | AttentionKernel::AttentionRope(kv)
+            | AttentionKernel::AttentionParts { kv, .. }
             | AttentionKernel::AttentionRows { kv, .. }
             | AttentionKernel::AttentionQuads { kv, .. } => kv,
+            AttentionKernel::AttentionMerge { .. } => F32,
         }
     }
 }
@@ -122,6 +143,14 @@ impl Family for AttentionKernel {
         for kv in [F32, F16, Q8_0, Q4_0] {
             v.extend([Attention(kv), AttentionQ8(kv)]);
         }
+        for parts in PARTS {
+            for kv in [F32, F16] {
+                for rope in [false, true] {
+                    v.push(AttentionParts { kv, rope, parts });
+                }
+            }
+            v.extend([false, true].map(|q8| AttentionMerge { q8, parts }));
+        }
         for kv in [F32, F16, Q8_0, Q4_0] {
             for head_dim in [64, 128, 256] {
                 v.push(AttentionRows { kv, head_dim });
@@ -135,7 +164,9 @@ impl Family for AttentionKernel {
         match self {
             // Its quad sums in registers: plain f32 arithmetic.
             AttentionKernel::AttentionQuads { .. } => f.fast_math && f.subgroups,
-            AttentionKernel::AttentionRope(_) => f.fast_math,
+            AttentionKernel::AttentionRope(_) | AttentionKernel::AttentionParts { .. } => {
+                f.fast_math
+            }
             _ => true,
         }
     }
@@ -184,12 +215,78 @@ impl Family for AttentionKernel {
                     ]
                 }
             }
+            // As AttentionRope's, its Q8 bindings left unread, so that
+            // the ROPE bindings keep their numbers.
+            AttentionKernel::AttentionParts { rope: true, .. } => {
+                &const {
+                    [
+                        rw("q"),
+                        rw("kc"),
+                        rw("vc"),
+                        ONE[3],
+                        ONE[4],
+                        rw("parts"),
+                        rw("xq"),
+                        rw("xd"),
+                        rw("xs"),
+                        rw("qo"),
+                        rw("xk"),
+                        rw("ko"),
+                        rw("xv"),
+                        rw("ff"),
+                        rw("ids"),
+                        r("tab"),
+                    ]
+                }
+            }
+            AttentionKernel::AttentionParts { rope: false, .. } => {
+                &const {
+                    [
+                        ONE[0],
+                        ONE[1],
+                        ONE[2],
+                        ONE[3],
+                        ONE[4],
+                        rw("parts"),
+                        r("tab"),
+                    ]
+                }
+            }
+            AttentionKernel::AttentionMerge { q8: true, .. } => {
+                &const {
+                    [
+                        r("parts"),
+                        rw("out"),
+                        rw("xq"),
+                        rw("xd"),
+                        rw("xs"),
+                        r("tab"),
+                    ]
+                }
+            }
+            AttentionKernel::AttentionMerge { q8: false, .. } => {
+                &const { [r("parts"), rw("out"), r("tab")] }
+            }
             _ => &const { [ONE[0], ONE[1], ONE[2], ONE[3], ONE[4], ONE[5], r("tab")] },
         }
     }
 
     fn source(self, f: ShaderFeatures, s: &mut Source) {
-        let rope = matches!(self, AttentionKernel::AttentionRope(_));
+        if let AttentionKernel::AttentionMerge { q8, parts } = self {
+            s.def("MERGE");
+            if q8 {
+                s.def("Q8");
+            }
+            s.set("PARTS", parts);
+            s.wg = WG_DECODE;
+            s.tables(self.bindings());
+            s.include(&[shared::EXACT, KEYS, MERGE]);
+            return;
+        }
+        let rope = matches!(
+            self,
+            AttentionKernel::AttentionRope(_) | AttentionKernel::AttentionParts { rope: true, .. }
+        );
         // Caches read as vec2<f16> (the rope-joined attention writes them
         // as u32 words, as rope.wgsl does).
         if f.shader_f16 && !rope {
@@ -218,8 +315,14 @@ impl Family for AttentionKernel {
                 s.include(&[shared::EXACT, KEYS, SOURCE, ROWS]);
             }
             _ => {
-                if !matches!(self, AttentionKernel::Attention(_)) {
+                if let AttentionKernel::AttentionParts { parts, .. } = self {
+                    s.def("SPLIT");
+                    s.set("PARTS", parts);
+                } else if !matches!(self, AttentionKernel::Attention(_)) {
                     s.def("Q8");
+                }
+                if rope || matches!(self, AttentionKernel::AttentionQ8(_)) {
+                    s.def("Q8_BOUND");
                 }
                 if rope {
                     s.def("ROPE");
@@ -281,14 +384,17 @@ pub fn with_q8(
 pub const ROUND_Q8: u32 = 1;
 /// `Params::rope_writes`: K rotated written to `ko`.
 pub const KEEP_K: u32 = 2;
+/// `Params::rope_writes`: Q rotated written to `qo`.
+pub const KEEP_Q: u32 = 4;
 
 /// What a decode attention takes over from the `RopeStore` before it: Q
-/// before its rope (the attention's q is the rotated one), K and K
-/// rotated (None where nothing reads it: left unwritten), V, the cache
-/// rows and the rope.
+/// before its rope (the attention's q is the rotated one, written only if
+/// `keep_q`: something reads it after), K and K rotated (None where
+/// nothing reads it: left unwritten), V, the cache rows and the rope.
 #[derive(Clone, Copy)]
 pub struct RopeJoin {
     pub x: Tensor,
+    pub keep_q: bool,
     pub k: (Tensor, Option<Tensor>),
     pub v: Tensor,
     pub ids: Tensor,
@@ -304,13 +410,32 @@ pub fn with_rope(
     q8: Option<[Tensor; 3]>,
     aux: Aux,
 ) -> Dispatch {
+    let (params, bound) = rope_bound(t, params, r, q8, aux);
+    Dispatch::new(
+        AttentionKernel::AttentionRope(t[1].dtype),
+        params,
+        &bound,
+        groups,
+    )
+}
+
+/// `AttentionRope`'s parameters and tensors.
+fn rope_bound(
+    t: Operands,
+    params: Params,
+    r: RopeJoin,
+    q8: Option<[Tensor; 3]>,
+    aux: Aux,
+) -> (Params, [(&'static str, Tensor); 16]) {
     let [q, kc, vc, pos, seq, out] = t;
     let params = Params {
         n_dims: r.p.n_dims as u32,
         theta_scale: r.p.freq_base.powf(-2.0 / r.p.n_dims as f32),
         freq_scale: r.p.freq_scale,
         factored: u32::from(r.p.freq_factors.is_some()),
-        rope_writes: u32::from(q8.is_some()) * ROUND_Q8 + u32::from(r.k.1.is_some()) * KEEP_K,
+        rope_writes: u32::from(q8.is_some()) * ROUND_Q8
+            + u32::from(r.k.1.is_some()) * KEEP_K
+            + u32::from(r.keep_q) * KEEP_Q,
         ..params
     };
     let [xq, xd, xs] = q8.unwrap_or([aux.dummy; 3]);
@@ -333,10 +458,76 @@ pub fn with_rope(
         ("ids", r.ids),
         ("tab", aux.tables),
     ];
-    Dispatch::new(
-        AttentionKernel::AttentionRope(kc.dtype),
-        params,
-        &bound,
-        groups,
-    )
+    (params, bound)
+}
+
+/// A decode attention split over its keys: `n` parts a (row, head), whose
+/// running maxima, sums and unnormalised outputs go to `buffer`, `n ×
+/// (head_dim + 2)` values a (row, head).
+#[derive(Clone, Copy, Debug)]
+pub struct Parts {
+    pub n: u32,
+    pub buffer: Tensor,
+}
+
+/// The parts a decode attention of `workgroups` (rows × heads) over at
+/// most `keys` keys a row is split into: enough that about 128 workgroups
+/// share the keys (a GPU's multiprocessors each get one), each part two
+/// chunks of the workgroup's keys or more (the merge is a dispatch of its
+/// own); 1 (not split) from 64 workgroups, or under 4 chunks.
+pub fn parts_for(workgroups: usize, keys: usize) -> u32 {
+    if workgroups >= 64 {
+        return 1;
+    }
+    let chunks = keys.div_ceil(WG_DECODE as usize);
+    let want = 128usize.div_ceil(workgroups.max(1)).min(chunks / 2);
+    PARTS
+        .into_iter()
+        .rev()
+        .find(|&p| p as usize <= want)
+        .unwrap_or(1)
+}
+
+/// The split decode attention's two dispatches (`t`, with its parameters
+/// and the workgroups of its rows and heads): the parts, with the ropes
+/// and cache writes before them joined where `rope` is
+/// (`AttentionParts`), then their merge into the output, with `q8` its
+/// Q8 rounding too (`AttentionMerge`).
+pub fn split(
+    (t, params, groups): (Operands, Params, u64),
+    parts: Parts,
+    rope: Option<RopeJoin>,
+    q8: Option<[Tensor; 3]>,
+    aux: Aux,
+) -> [Dispatch; 2] {
+    let kernel = AttentionKernel::AttentionParts {
+        kv: t[1].dtype,
+        rope: rope.is_some(),
+        parts: parts.n,
+    };
+    let rename = |(name, t): (&'static str, Tensor)| match name {
+        "out" => ("parts", parts.buffer),
+        _ => (name, t),
+    };
+    let split_groups = groups * u64::from(parts.n);
+    let first = match rope {
+        Some(r) => {
+            let (params, bound) = rope_bound(t, params, r, None, aux);
+            Dispatch::new(kernel, params, &bound.map(rename), split_groups)
+        }
+        None => {
+            let bound = [&named(t).map(rename)[..], &[("tab", aux.tables)][..]].concat();
+            Dispatch::new(kernel, params, &bound, split_groups)
+        }
+    };
+    let merge = AttentionKernel::AttentionMerge {
+        q8: q8.is_some(),
+        parts: parts.n,
+    };
+    let mut bound = vec![("parts", parts.buffer), ("out", t[5])];
+    if let Some([xq, xd, xs]) = q8 {
+        bound.extend([("xq", xq), ("xd", xd), ("xs", xs)]);
+    }
+    bound.push(("tab", aux.tables));
+    [first, Dispatch::new(merge, params, &bound, groups)]
 }

@@ -41,7 +41,16 @@
 // the attention reads for it (slot · ctx + pos, as the model writes it);
 // a write elsewhere inside the window would race with the reads (no
 // caller does that). With Q8 always bound, `rope_writes` says whether the
-// output is rounded (1) and whether K rotated is written (2).
+// output is rounded (1), whether K rotated is written (2) and whether Q
+// rotated is (4).
+//
+// The SPLIT define (decode, FAST, F32 or F16 cache) splits a (row,
+// head)'s keys into {{PARTS}} ranges, a workgroup each: it writes its
+// range's running max m, sum l and output before the division by l to
+// `parts`, and attention_merge.wgsl (a dispatch of its own) rescales the
+// parts to their common max and sums them (flash decoding). With one
+// workgroup per (row, head), a decode of 32 heads ran 32 workgroups, each
+// walking every key in turn, on a GPU of 132 multiprocessors.
 //
 // The parameters are declared in attention_keys.wgsl.
 
@@ -83,8 +92,15 @@ fn kv2(w: u32) -> vec2<f32> {
 #endif
 @group(0) @binding(4) var<storage, read_write> pos: array<i32>;   // (n)
 @group(0) @binding(5) var<storage, read_write> seq: array<i32>;   // (n)
+#ifdef SPLIT
+// Each (row, head, part)'s unnormalised output, then its max and sum.
+@group(0) @binding(6) var<storage, read_write> parts: array<f32>; // (n * n_heads * PARTS, head_dim + 2)
+#else
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;   // (n, n_heads * head_dim)
-#ifdef Q8
+#endif
+// With Q8, and beside the rope's bindings (ROPE), which a split's parts
+// leave unread (its merge rounds the output): Q8_BOUND.
+#ifdef Q8_BOUND
 @group(0) @binding(7) var<storage, read_write> xq: array<u32>;    // (n, n_heads * head_dim / 4) quants, 4 per word
 @group(0) @binding(8) var<storage, read_write> xd: array<f32>;    // (n, n_heads * head_dim / 32) f16(d), widened
 @group(0) @binding(9) var<storage, read_write> xs: array<f32>;    // (n, n_heads * head_dim / 32) f16(d · Σq), widened

@@ -12,16 +12,17 @@ var<workgroup> kn: array<f32, 256>;     // (head_dim) the new key, as the cache 
 var<workgroup> vn: array<f32, 256>;     // (head_dim) the new value, likewise
 var<workgroup> w_new: u32;              // 1: key p is the new one (kn, vn)
 
-// Row i's Q head h rotated into qs (and qo); its K head kvh rotated, and
-// its V head, as the cache holds them, into kn and vn. The group's first
-// head also writes both heads to cache row ids[i] (nothing for a row
-// outside the cache), as rope.wgsl's STORE, and (rope_writes' 2) K's rotated
-// head to ko (which may be xk itself when nothing reads it after).
-fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32) {
+// Row i's Q head h rotated into qs (and, by the `lead` workgroup of the
+// head, into qo where rope_writes' 4 asks); its K head kvh rotated, and its V head, as the cache holds
+// them, into kn and vn. The lead workgroup of the group's first head also
+// writes both heads to cache row ids[i] (nothing for a row outside the
+// cache), as rope.wgsl's STORE, and (rope_writes' 2) K's rotated head to ko
+// (which may be xk itself when nothing reads it after).
+fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32, lead: bool) {
     let hd = P.head_dim;
     let kb = i * P.n_kv_heads * hd + kvh * hd;
     let at = f32(pos[i]);
-    let first = h % (P.n_heads / P.n_kv_heads) == 0u;
+    let first = lead && h % (P.n_heads / P.n_kv_heads) == 0u;
     let id = ids[i];
     let store = first && id >= 0 && u32(id) < P.cache_rows;
     let cb = u32(max(id, 0)) * P.n_kv_heads * hd + kvh * hd;
@@ -40,8 +41,10 @@ fn rope_heads(i: u32, h: u32, kvh: u32, qb: u32, lid: u32) {
             kv = rope_turn(kv.x, kv.y, sc);
         }
         let vv = vec2<f32>(xv[kb + d], xv[kb + d + 1u]);
-        qo[qb + d] = qv.x;
-        qo[qb + d + 1u] = qv.y;
+        if (lead && (P.rope_writes & 4u) != 0u) {
+            qo[qb + d] = qv.x;
+            qo[qb + d + 1u] = qv.y;
+        }
         qs[d] = rh(qv.x);
         qs[d + 1u] = rh(qv.y);
 #ifdef KV_F16
@@ -213,15 +216,32 @@ fn v4_at(vb: u32, stride: u32, jj: u32) -> vec4<f32> {
 
 #endif
 
+#ifdef SPLIT
+// Part `part`'s keys of the range [start, p]: [lo, hi), empty for a part
+// past the end.
+fn part_keys(start: u32, p: u32, part: u32) -> vec2<u32> {
+    let per = (p + 1u - start + {{PARTS}}u - 1u) / {{PARTS}}u;
+    let lo = min(start + part * per, p + 1u);
+    return vec2<u32>(lo, min(lo + per, p + 1u));
+}
+#endif
+
 @compute @workgroup_size({{WG}})
 fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let g = wg_index(wid, nwg);
     let nh = P.n_heads;
-    if (g >= P.n * nh) {
+#ifdef SPLIT
+    let part = g % {{PARTS}}u;
+    let gh = g / {{PARTS}}u;
+#else
+    let part = 0u;
+    let gh = g;
+#endif
+    if (gh >= P.n * nh) {
         return;
     }
-    let i = g / nh;
-    let h = g % nh;
+    let i = gh / nh;
+    let h = gh % nh;
     let hd = P.head_dim;
     let kvh = h / (nh / P.n_kv_heads);
     let kv_stride = P.n_kv_heads * hd;
@@ -240,7 +260,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
     }
 #ifdef ROPE
-    rope_heads(i, h, kvh, qb, lid);
+    rope_heads(i, h, kvh, qb, lid, part == 0u);
     let is_new = workgroupUniformLoad(&w_new) == 1u;
 #else
     for (var d = lid; d < hd; d += RED_WG) {
@@ -254,14 +274,21 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
     let p = workgroupUniformLoad(&w_pos);
     let row0 = workgroupUniformLoad(&w_row0);
-    let start = first_key(p);
+    // This workgroup's keys: [lo, hi).
+    var lo = first_key(p);
+    var hi = p + 1u;
+#ifdef SPLIT
+    let range = part_keys(lo, p, part);
+    lo = range.x;
+    hi = range.y;
+#endif
     var m = NEG_BIG;
     var l = 0.0;
     var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var j0 = start; j0 <= p; j0 += RED_WG) {
+    for (var j0 = lo; j0 < hi; j0 += RED_WG) {
         let j = j0 + lid;
         var sc = NEG_BIG;
-        if (j <= p) {
+        if (j < hi) {
 #ifdef FAST
             sc = capped(kdot_at((row0 + j) * kv_stride + kvh * hd, hd, is_new && j == p));
 #else
@@ -275,7 +302,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         // invocation.
         let m_new = max(m, wg_max(sc, ln));
         var pj = 0.0;
-        if (j <= p) {
+        if (j < hi) {
             pj = exp(sc - m_new);
         }
         ps[lid] = pj;
@@ -283,14 +310,14 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         let corr = exp(m - m_new);
         l = l * corr + wg_sum(pj, ln);
         m = m_new;
-        let cnt = min(RED_WG, p + 1u - j0);
+        let cnt = min(RED_WG, hi - j0);
         let vb0 = (row0 + j0) * kv_stride + kvh * hd;
         if (hd % 4u == 0u) {
             // Invocation lid adds 4 dims (column lid % cols) of the keys
             // of slice lid / cols (keys s, s + sl, ...), 4 keys in flight
             // a step; the slices' sums meet in workgroup memory. The new
             // key (last of the last chunk), if any, comes from vn.
-            let new_here = is_new && p + 1u - j0 <= RED_WG;
+            let new_here = is_new && hi == p + 1u && hi - j0 <= RED_WG;
             let cached = cnt - u32(new_here);
             let cols = hd / 4u;
             let sl = RED_WG / cols;
@@ -360,7 +387,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
         workgroupBarrier();
         // Every invocation walks the chunk's scores in order (the same
         // running max and sum in each), updating its own output dims.
-        let cnt = min(RED_WG, p + 1u - j0);
+        let cnt = min(RED_WG, hi - j0);
         for (var jj = 0u; jj < cnt; jj++) {
             let s = ps[jj];
             var ms = 1.0;
@@ -383,6 +410,19 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
 #endif
         workgroupBarrier();
     }
+#ifdef SPLIT
+    let pb = g * (hd + 2u);
+    for (var c = 0u; c < 4u; c++) {
+        let d = lid + c * RED_WG;
+        if (d < hd) {
+            parts[pb + d] = acc[c];
+        }
+    }
+    if (lid == 0u) {
+        parts[pb + hd] = m;
+        parts[pb + hd + 1u] = l;
+    }
+#else
     var inv = 0.0;
     if (l != 0.0) {
         inv = div_rn(1.0, l);
@@ -427,6 +467,7 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     q8_store(v, lid, live && (P.rope_writes & 1u) != 0u, qb / 4u + lid);
 #else
     q8_store(v, lid, live, qb / 4u + lid);
+#endif
 #endif
 #endif
 }

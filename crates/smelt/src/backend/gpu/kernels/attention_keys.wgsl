@@ -16,12 +16,13 @@ struct Params {
     theta_scale: f32,
     freq_scale: f32,
     factored: u32,
-    rope_writes: u32, // ROPE: 1 rounds the output to Q8, + 2 writes K rotated to ko
+    rope_writes: u32, // ROPE: 1 rounds the output to Q8, + 2 writes K rotated to ko, + 4 Q rotated to qo
     zero: u32,       // 0 (exact.wgsl's `opaque`)
     rot: u32,        // KV_BLOCKS: values per rotation group of a cache row
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
+#ifndef MERGE
 // Row i's position and its slot's first cache row, clamped so reads stay
 // in the cache.
 fn last_key(i: u32) -> u32 {
@@ -41,3 +42,4 @@ fn first_key(p: u32) -> u32 {
     }
     return 0u;
 }
+#endif

@@ -316,6 +316,7 @@ fn rope_and_attention_builders_bind_their_kernels() {
         Kernel::Attention(AttentionKernel::AttentionQ8(F16))
     );
     let join = RopeJoin {
+        keep_q: true,
         x: q,
         k: (k, Some(k)),
         v,
@@ -328,8 +329,52 @@ fn rope_and_attention_builders_bind_their_kernels() {
             d.kernel,
             Kernel::Attention(AttentionKernel::AttentionRope(F16))
         );
-        assert_eq!(d.params[13], u32::from(q8.is_some()) + attention::KEEP_K);
+        assert_eq!(
+            d.params[13],
+            u32::from(q8.is_some()) + attention::KEEP_K + attention::KEEP_Q
+        );
     }
+    // Split over the keys: the parts (the rope's bindings, the parts
+    // buffer where the output was), then the merge, rounding with q8.
+    let parts = attention::Parts {
+        n: 4,
+        buffer: t(20, F32, 1, 8 * 4 * 66),
+    };
+    for (rope, q8) in [(None, None), (Some(join), Some(q8))] {
+        let [first, merge] = attention::split((at, params, 8), parts, rope, q8, aux());
+        let want = AttentionKernel::AttentionParts {
+            kv: F16,
+            rope: rope.is_some(),
+            parts: 4,
+        };
+        assert_eq!(first.kernel, Kernel::Attention(want));
+        assert_eq!(first.groups, 32);
+        assert!(first.bound.contains(&parts.buffer) && !first.bound.contains(&out));
+        let want = AttentionKernel::AttentionMerge {
+            q8: q8.is_some(),
+            parts: 4,
+        };
+        assert_eq!(merge.kernel, Kernel::Attention(want));
+        assert_eq!(
+            (merge.groups, merge.bound[..2].to_vec()),
+            (8, vec![parts.buffer, out])
+        );
+    }
+}
+
+#[test]
+fn decode_attention_splits_long_rows_of_keys_over_few_heads() {
+    use attention::parts_for;
+    // 32 heads of one row: 4 parts once each has 2 chunks of 128 keys.
+    assert_eq!(parts_for(32, 0), 1);
+    assert_eq!(parts_for(32, 383), 1);
+    assert_eq!(parts_for(32, 512), 2);
+    assert_eq!(parts_for(32, 1024), 4);
+    assert_eq!(parts_for(32, 100_000), 4);
+    // Fewer heads take more parts; 64 workgroups or more, none.
+    assert_eq!(parts_for(4, 100_000), 8);
+    assert_eq!(parts_for(24, 4096), 4);
+    assert_eq!(parts_for(64, 100_000), 1);
 }
 
 #[test]
