@@ -173,6 +173,32 @@ impl Family for AttentionKernel {
 
     fn bindings(self) -> &'static [Binding] {
         const ONE: [Binding; 6] = [rw("q"), r("kc"), r("vc"), rw("pos"), rw("seq"), rw("out")];
+        const Q8: [Binding; 3] = [rw("xq"), rw("xd"), rw("xs")];
+        // The caches written too, then Q rotated, K, K rotated, V, the
+        // frequency factors and the new row's cache row.
+        const ROPE: [Binding; 16] = [
+            rw("q"),
+            rw("kc"),
+            rw("vc"),
+            ONE[3],
+            ONE[4],
+            ONE[5],
+            Q8[0],
+            Q8[1],
+            Q8[2],
+            rw("qo"),
+            rw("xk"),
+            rw("ko"),
+            rw("xv"),
+            rw("ff"),
+            rw("ids"),
+            r("tab"),
+        ];
+        // A split's parts where the output was.
+        const fn parts<const N: usize>(mut b: [Binding; N]) -> [Binding; N] {
+            b[5] = rw("parts");
+            b
+        }
         // exact.wgsl's tables last.
         match self {
             AttentionKernel::AttentionQ8(_) => {
@@ -184,88 +210,25 @@ impl Family for AttentionKernel {
                         ONE[3],
                         ONE[4],
                         ONE[5],
-                        rw("xq"),
-                        rw("xd"),
-                        rw("xs"),
+                        Q8[0],
+                        Q8[1],
+                        Q8[2],
                         r("tab"),
                     ]
                 }
             }
-            // The caches written too, then Q rotated, K, K rotated, V, the
-            // frequency factors and the new row's cache row.
-            AttentionKernel::AttentionRope(_) => {
-                &const {
-                    [
-                        rw("q"),
-                        rw("kc"),
-                        rw("vc"),
-                        ONE[3],
-                        ONE[4],
-                        ONE[5],
-                        rw("xq"),
-                        rw("xd"),
-                        rw("xs"),
-                        rw("qo"),
-                        rw("xk"),
-                        rw("ko"),
-                        rw("xv"),
-                        rw("ff"),
-                        rw("ids"),
-                        r("tab"),
-                    ]
-                }
-            }
-            // As AttentionRope's, its Q8 bindings left unread, so that
-            // the ROPE bindings keep their numbers.
-            AttentionKernel::AttentionParts { rope: true, .. } => {
-                &const {
-                    [
-                        rw("q"),
-                        rw("kc"),
-                        rw("vc"),
-                        ONE[3],
-                        ONE[4],
-                        rw("parts"),
-                        rw("xq"),
-                        rw("xd"),
-                        rw("xs"),
-                        rw("qo"),
-                        rw("xk"),
-                        rw("ko"),
-                        rw("xv"),
-                        rw("ff"),
-                        rw("ids"),
-                        r("tab"),
-                    ]
-                }
-            }
+            AttentionKernel::AttentionRope(_) => &ROPE,
+            // Its Q8 bindings left unread, so that the rope's keep their
+            // numbers.
+            AttentionKernel::AttentionParts { rope: true, .. } => &const { parts(ROPE) },
             AttentionKernel::AttentionParts { rope: false, .. } => {
-                &const {
-                    [
-                        ONE[0],
-                        ONE[1],
-                        ONE[2],
-                        ONE[3],
-                        ONE[4],
-                        rw("parts"),
-                        r("tab"),
-                    ]
-                }
+                &const { parts([ONE[0], ONE[1], ONE[2], ONE[3], ONE[4], ONE[5], r("tab")]) }
             }
             AttentionKernel::AttentionMerge { q8: true, .. } => {
-                &const {
-                    [
-                        r("parts"),
-                        rw("out"),
-                        rw("xq"),
-                        rw("xd"),
-                        rw("xs"),
-                        r("tab"),
-                    ]
-                }
+                &const { [r("parts"), ONE[5], Q8[0], Q8[1], Q8[2], r("tab")] }
             }
             AttentionKernel::AttentionMerge { q8: false, .. } => {
-                &const { [r("parts"), rw("out"), r("tab")] }
+                &const { [r("parts"), ONE[5], r("tab")] }
             }
             _ => &const { [ONE[0], ONE[1], ONE[2], ONE[3], ONE[4], ONE[5], r("tab")] },
         }

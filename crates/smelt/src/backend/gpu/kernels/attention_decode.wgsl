@@ -455,18 +455,12 @@ fn main(ln: Lane, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups
     }
 #endif
 #ifdef Q8
-    // Four consecutive dims per invocation, through qs (the loop's last
-    // barrier came after every read of the query).
-    workgroupBarrier();
-    let live = 4u * lid < hd;
-    var v = vec4<f32>(0.0);
-    if (live) {
-        v = vec4<f32>(qs[4u * lid], qs[4u * lid + 1u], qs[4u * lid + 2u], qs[4u * lid + 3u]);
-    }
+    // Through qs (the loop's last barrier came after every read of the
+    // query).
 #ifdef ROPE
-    q8_store(v, lid, live && (P.rope_writes & 1u) != 0u, qb / 4u + lid);
+    q8_store_head(lid, hd, (P.rope_writes & 1u) != 0u, qb / 4u);
 #else
-    q8_store(v, lid, live, qb / 4u + lid);
+    q8_store_head(lid, hd, true, qb / 4u);
 #endif
 #endif
 #endif

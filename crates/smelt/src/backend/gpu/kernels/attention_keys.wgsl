@@ -1,6 +1,8 @@
 // The keys a query row sees, for the attention kernels (attention.wgsl,
 // attention_coop.wgsl), which declare `pos` and `seq` (per row), and the
-// parameters of both.
+// parameters of both; the merge of a split decode (MERGE) takes the
+// parameters alone. With Q8, the decode's and the merge's rounding of an
+// output head.
 
 struct Params {
     n: u32,           // query rows
@@ -21,6 +23,23 @@ struct Params {
     rot: u32,        // KV_BLOCKS: values per rotation group of a cache row
 }
 @group(0) @binding(0) var<uniform> P: Params;
+
+#ifdef Q8
+// Rounds the attention head of hd values in the kernel's workgroup array
+// qs (whole blocks of 32) to words wi0, wi0 + 1, ... of xq (exact.wgsl's
+// q8_store), four consecutive values an invocation, stored where `store`.
+// Every invocation calls it; the barrier first publishes the head.
+fn q8_store_head(lid: u32, hd: u32, store: bool, wi0: u32) {
+    workgroupBarrier();
+    let live = 4u * lid < hd;
+    var v = vec4<f32>(0.0);
+    if (live) {
+        let e = 4u * lid;
+        v = vec4<f32>(qs[e], qs[e + 1u], qs[e + 2u], qs[e + 3u]);
+    }
+    q8_store(v, lid, live && store, wi0 + lid);
+}
+#endif
 
 #ifndef MERGE
 // Row i's position and its slot's first cache row, clamped so reads stay

@@ -12,7 +12,7 @@
 @group(0) @binding(4) var<storage, read_write> xd: array<f32>;   // (n, n_heads * head_dim / 32) f16(d), widened
 @group(0) @binding(5) var<storage, read_write> xs: array<f32>;   // (n, n_heads * head_dim / 32) f16(d · Σq), widened
 
-var<workgroup> row: array<f32, 256>;   // (head_dim) the output head
+var<workgroup> qs: array<f32, 256>;    // (head_dim) the output head
 #endif
 
 @compute @workgroup_size({{WG}})
@@ -47,17 +47,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         }
         out[ob + d] = t * inv;
 #ifdef Q8
-        row[d] = t * inv;
+        qs[d] = t * inv;
 #endif
     }
 #ifdef Q8
-    // Four consecutive dims per invocation (a head is whole blocks of 32).
-    workgroupBarrier();
-    let live = 4u * lid < hd;
-    var v = vec4<f32>(0.0);
-    if (live) {
-        v = vec4<f32>(row[4u * lid], row[4u * lid + 1u], row[4u * lid + 2u], row[4u * lid + 3u]);
-    }
-    q8_store(v, lid, live, ob / 4u + lid);
+    q8_store_head(lid, hd, true, ob / 4u);
 #endif
 }
