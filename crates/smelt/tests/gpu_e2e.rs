@@ -146,3 +146,48 @@ fn gpu_decode_is_one_submission_per_token() {
         );
     }
 }
+
+/// Early submits (`GpuOptions::early_submits`, the default on hardware
+/// adapters) send a pass out in pieces of 8, 16, 32, ... dispatches while
+/// it is recorded: the same logits bit for bit, and one submission per
+/// piece.
+#[test]
+fn early_submits_split_a_pass_and_change_no_logit() {
+    let early = GpuOptions {
+        early_submits: Some(true),
+        ..GpuOptions::default()
+    };
+    let mut one = session(common::SMOLLM2, 1, &GpuOptions::default());
+    let mut pieces = session(common::SMOLLM2, 1, &early);
+    let case = &cases(SMOLLM2_REFERENCE)[1];
+    let np = case.prompt_ids.len();
+    let prompt = Batch::sequence(&case.prompt_ids, 0, 0);
+    let want = one.decode(&prompt).unwrap().to_vec();
+    assert_eq!(pieces.decode(&prompt).unwrap(), &want[..], "prompt");
+    let mut next = argmax(&want);
+    for i in 0..3 {
+        let step = Batch::sequence(&[next], np + i, 0);
+        let want = one.decode(&step).unwrap().to_vec();
+        let before = pieces.model().backend_stats();
+        assert_eq!(pieces.decode(&step).unwrap(), &want[..], "step {i}");
+        let after = pieces.model().backend_stats();
+        let dispatches = after.dispatches - before.dispatches;
+        // The pieces a pass of this many dispatches goes out in.
+        let (mut left, mut piece, mut expected) = (dispatches, 8, 1);
+        while left > piece {
+            left -= piece;
+            piece *= 2;
+            expected += 1;
+        }
+        assert_eq!(
+            after.submissions - before.submissions,
+            expected,
+            "step {i}: {dispatches} dispatches"
+        );
+        assert!(
+            expected >= 4,
+            "{dispatches} dispatches in {expected} pieces"
+        );
+        next = argmax(&want);
+    }
+}

@@ -8,7 +8,8 @@
 //! - The GPU backend *records*: each op appends a dispatch to an open command
 //!   encoder, and nothing is submitted until [`Backend::read`] (or
 //!   [`Backend::synchronize`]) needs a result. A forward pass is therefore
-//!   one submission.
+//!   one submission (sent in pieces while it is recorded on hardware
+//!   adapters, so that the GPU starts early).
 //!
 //! Shapes. Every tensor is a row-major matrix of `rows × cols` values; `cols`
 //! is ggml's `ne[0]`, the contiguous dimension. A weight `W` of `m` outputs

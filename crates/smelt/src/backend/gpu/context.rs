@@ -154,7 +154,19 @@ pub struct GpuOptions {
     /// Prefill on cooperative matrices (f16 operands) where the adapter has
     /// them and activations are not rounded as ggml's.
     pub allow_cooperative_matrix: bool,
+    /// Submit a forward pass in growing pieces while it is recorded (the
+    /// first after [`EARLY_SUBMIT_FIRST`] dispatches, then twice as many
+    /// each time), so the GPU runs the first ops while the host still
+    /// encodes the rest: wgpu's encoding costs a few µs a dispatch, which
+    /// one submission per pass adds to every token. `None` (the default):
+    /// on hardware adapters only; a software one runs the ops on the
+    /// host's own cores, and there a pass stays one submission.
+    pub early_submits: Option<bool>,
 }
+
+/// Dispatches before a pass's first early submission ([`GpuOptions::
+/// early_submits`]): small, so the GPU starts soon.
+pub const EARLY_SUBMIT_FIRST: u64 = 8;
 
 impl Default for GpuOptions {
     fn default() -> Self {
@@ -169,6 +181,7 @@ impl Default for GpuOptions {
             max_binding_bytes: None,
             allow_cooperative_matrix: true,
             profile: false,
+            early_submits: None,
         }
     }
 }
@@ -204,6 +217,9 @@ pub struct Context {
     /// Dispatches are timed (`GpuOptions::profile` on an adapter with
     /// timestamp queries).
     pub profile: bool,
+    /// A pass is submitted in pieces while recorded
+    /// ([`GpuOptions::early_submits`]; never while profiling).
+    pub early_submits: bool,
     /// The first uncaptured error or the device-lost reason, reported by the
     /// next call that waits on the device.
     pub error: Arc<Mutex<Option<BackendError>>>,
@@ -365,6 +381,7 @@ impl Context {
         let max_binding = super::buffers::max_tensor_bytes(&limits)
             .min(opts.max_binding_bytes.unwrap_or(u64::MAX));
         let max_weight_binding = max_binding.min(opts.max_weight_binding_bytes.unwrap_or(u64::MAX));
+        let early_submits = !profile && opts.early_submits.unwrap_or(!report.software);
         Ok(Self {
             device,
             queue,
@@ -378,6 +395,7 @@ impl Context {
             shader_bounds_checks: opts.shader_bounds_checks,
             quantize_activations: opts.quantize_activations,
             profile,
+            early_submits,
             error,
         })
     }

@@ -1,5 +1,6 @@
 //! The GPU backend on wgpu: WGSL kernels, recorded into one submission per
-//! forward pass. Three layers:
+//! forward pass (sent in pieces as it is recorded on hardware adapters:
+//! `GpuOptions::early_submits`). Three layers:
 //!
 //! - kernels (`kernels/`): one family per `.wgsl` file, each with its
 //!   variants, named bindings, typed parameters and dispatch builders;

@@ -1,13 +1,19 @@
 //! Recording: ops append dispatches to one open compute pass of one open
 //! command encoder; nothing reaches the GPU until a result is read (or the
-//! parameter arena fills). A forward pass is therefore one submission with
-//! no CPU wait between its ops.
+//! parameter arena fills, or an early submit's piece is full). A forward
+//! pass is therefore one submission with no CPU wait between its ops.
 //!
 //! Per-dispatch parameters (sizes, eps, offsets) go into a CPU-side arena of
 //! 64-byte slots, one per dispatch, and reach the GPU in ONE
-//! `queue.write_buffer` just before the submit; each dispatch selects its
+//! `queue.write_buffer` just before each submit (the queue runs it after
+//! the submissions before, which read the same slots); each dispatch selects its
 //! slot with a dynamic uniform offset. Bind groups are created once per
 //! (kernel, buffers) and cached: buffers live as long as the backend.
+//!
+//! On a hardware adapter a pass goes out in growing pieces while it is
+//! recorded (`GpuOptions::early_submits`): the GPU starts on the first ops
+//! while the host encodes the rest. Still no CPU wait between ops: only a
+//! read waits.
 //!
 //! A read waits for its submission by polling the device without sleeping
 //! on a hardware adapter (`spin`): the driver's sleeping wait cost each
@@ -21,7 +27,7 @@ use std::collections::HashMap;
 
 use crate::backend::{BackendError, OpTime, Result, Stats};
 
-use super::context::Context;
+use super::context::{Context, EARLY_SUBMIT_FIRST};
 use super::kernels::{Kernel, PARAMS_BYTES, ParamBlock};
 use super::pipelines::PipelineCache;
 
@@ -45,6 +51,9 @@ pub struct Recorder {
     /// Reused MAP_READ buffer for `read`, grown on demand.
     readback: Option<wgpu::Buffer>,
     profiler: Option<Profiler>,
+    /// With early submits: the dispatches at which the open submission
+    /// goes out, reset to `EARLY_SUBMIT_FIRST` by every read.
+    early_limit: Option<u64>,
     pub stats: Stats,
 }
 
@@ -159,6 +168,7 @@ impl Recorder {
             bind_groups: HashMap::new(),
             readback: None,
             profiler: ctx.profile.then(|| Profiler::new(ctx)),
+            early_limit: ctx.early_submits.then_some(EARLY_SUBMIT_FIRST),
             stats: Stats::default(),
         }
     }
@@ -231,6 +241,12 @@ impl Recorder {
         };
         if full || self.n_dispatches == MAX_DISPATCHES {
             self.submit(ctx)?;
+        }
+        if let Some(limit) = self.early_limit
+            && self.n_dispatches >= limit
+        {
+            self.submit(ctx)?;
+            self.early_limit = Some((2 * limit).min(MAX_DISPATCHES));
         }
         let offset = self.n_dispatches * self.stride;
         self.arena.resize(offset as usize, 0);
@@ -398,6 +414,7 @@ impl Recorder {
             dst += words(n);
         }
         self.submit(ctx)?;
+        self.restart_early_submits();
         let slice = readback.slice(..len);
         let (tx, rx) = std::sync::mpsc::channel();
         slice.map_async(wgpu::MapMode::Read, move |r| {
@@ -427,9 +444,17 @@ impl Recorder {
         Ok(())
     }
 
+    /// The next pass starts with a small piece again.
+    fn restart_early_submits(&mut self) {
+        if self.early_limit.is_some() {
+            self.early_limit = Some(EARLY_SUBMIT_FIRST);
+        }
+    }
+
     /// Submits what is recorded and blocks until the GPU is idle.
     pub fn wait(&mut self, ctx: &Context) -> Result<()> {
         self.submit(ctx)?;
+        self.restart_early_submits();
         ctx.take_error()?;
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())

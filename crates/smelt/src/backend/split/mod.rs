@@ -22,7 +22,8 @@
 //!   and waits on that device only), then [`Backend::write`] on this one
 //!   (a queue write, or a staged copy inside its open encoder so that the
 //!   ops recorded before stay ordered before it). Neither device is
-//!   otherwise synchronized: a forward pass is one submission per device.
+//!   otherwise synchronized: a forward pass is one submission per device
+//!   (in pieces with early submits, `GpuOptions::early_submits`).
 //!   Host writes (token ids, positions) go to every device.
 
 mod ops;
