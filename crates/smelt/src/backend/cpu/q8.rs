@@ -232,11 +232,27 @@ fn nibbles(qs: &[u8; 16], q: &mut [i8; QK8]) {
 
 /// The 8 integer lanes of one block: lane `l` sums products `4l..4l+3`,
 /// with the weight quants less `off`.
+/// On aarch64's `dotprod`, `sdot` gives Σ w·x and Σ x per lane, and the
+/// lane is Σ w·x − off·Σ x: the same integers.
 #[inline(always)]
-fn lanes(w: &[i8], x: &[i8], off: i32) -> [f32; LANES] {
+fn lanes<M: Madd>(w: &[i8], x: &[i8], off: i32) -> [f32; LANES] {
     // Plain loops over fixed sizes: closures (`array::from_fn`) may stay
     // out of line, compiled without the entry point's AVX2.
     let (w, x) = (&w[..QK8], &x[..QK8]);
+    #[cfg(target_arch = "aarch64")]
+    if M::DOTPROD {
+        let (w, x): (&[i8; QK8], &[i8; QK8]) =
+            (w.try_into().expect("32"), x.try_into().expect("32"));
+        // SAFETY: `M::DOTPROD` holds only inside the `dotprod` entry
+        // points, which run after the CPU reported it.
+        let (wx, sx) = unsafe {
+            (
+                super::neon::dot_lanes(w, x),
+                super::neon::dot_lanes(&[1; QK8], x),
+            )
+        };
+        return std::array::from_fn(|l| (wx[l] - off * sx[l]) as f32);
+    }
     let mut out = [0f32; LANES];
     for l in 0..LANES {
         let mut s = 0i32;
@@ -272,7 +288,7 @@ pub fn tile<M: Madd, const R: usize, const C: usize>(
         let o = b * QK8;
         for r in 0..R {
             for c in 0..C {
-                let lane = lanes(&ws[c].q[o..], &xs[r].0[o..], kind.offset());
+                let lane = lanes::<M>(&ws[c].q[o..], &xs[r].0[o..], kind.offset());
                 let d = ws[c].d[b] * xs[r].1[b];
                 for l in 0..LANES {
                     acc[r][c][l] = M::madd(d, lane[l], acc[r][c][l]);

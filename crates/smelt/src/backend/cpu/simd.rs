@@ -19,6 +19,10 @@ pub enum Isa {
     Avx512Vnni,
     /// x86-64 with AVX2, FMA and F16C, detected at run time.
     Avx2,
+    /// aarch64 with the dot-product extension (`dotprod`), detected at run
+    /// time: the portable kernels with their integer block lanes on
+    /// `sdot` (`neon.rs`).
+    NeonDot,
     /// Whatever the compile target guarantees (SSE2 on x86-64, NEON with
     /// fused multiply-add on aarch64).
     Baseline,
@@ -26,7 +30,7 @@ pub enum Isa {
 
 impl Isa {
     /// Every instruction set, best first.
-    const ALL: [Isa; 3] = [Isa::Avx512Vnni, Isa::Avx2, Isa::Baseline];
+    const ALL: [Isa; 4] = [Isa::Avx512Vnni, Isa::Avx2, Isa::NeonDot, Isa::Baseline];
 
     /// The best instruction set this CPU has.
     pub fn detect() -> Isa {
@@ -54,20 +58,31 @@ impl Isa {
                         && has!("avx512vnni")
                 }
                 Isa::Avx2 => avx2,
+                Isa::NeonDot => false,
                 Isa::Baseline => true,
             }
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            match self {
+                Isa::NeonDot => std::arch::is_aarch64_feature_detected!("dotprod"),
+                Isa::Baseline => true,
+                Isa::Avx512Vnni | Isa::Avx2 => false,
+            }
+        }
+        #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
         {
             self == Isa::Baseline
         }
     }
 
-    /// The name `SMELT_CPU_ISA` takes: `avx512`, `avx2` or `baseline`.
+    /// The name `SMELT_CPU_ISA` takes: `avx512`, `avx2`, `neon` or
+    /// `baseline`.
     pub fn name(self) -> &'static str {
         match self {
             Isa::Avx512Vnni => "avx512",
             Isa::Avx2 => "avx2",
+            Isa::NeonDot => "neon",
             Isa::Baseline => "baseline",
         }
     }
@@ -93,7 +108,12 @@ pub trait Madd {
     const AVX2: bool = false;
     /// Set only on the type of the AVX-512 entry points, so a kernel may
     /// call hand-written AVX-512 (F, BW, VL, VNNI) code.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AVX512: bool = false;
+    /// Set only on the type of the aarch64 `dotprod` entry points, so a
+    /// kernel may call `neon.rs`.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    const DOTPROD: bool = false;
     fn madd(a: f32, b: f32, c: f32) -> f32;
 
     /// Rounds each value to the nearest f16 (ties to even), as storing to
@@ -109,11 +129,26 @@ pub trait Madd {
 /// Fused multiply-add on a CPU without AVX2 (aarch64).
 #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
 pub struct Fused;
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Unfused;
 /// Fused multiply-add inside the AVX2 entry points of [`multiversion`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Avx2Fma;
 /// Fused multiply-add inside the AVX-512 entry points of [`multiversion`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub struct Avx512Vnni;
+/// Fused multiply-add inside the aarch64 `dotprod` entry points of
+/// [`multiversion`].
+#[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+pub struct NeonDot;
+
+impl Madd for NeonDot {
+    const DOTPROD: bool = true;
+    #[inline(always)]
+    fn madd(a: f32, b: f32, c: f32) -> f32 {
+        a.mul_add(b, c)
+    }
+}
 
 impl Madd for Fused {
     #[inline(always)]
@@ -200,7 +235,16 @@ macro_rules! multiversion {
             fn avx512($($arg: $ty),*) $(-> $ret)? {
                 $generic::<$crate::backend::cpu::simd::Avx512Vnni>($($arg),*)
             }
+            #[cfg(target_arch = "aarch64")]
+            #[target_feature(enable = "neon,dotprod")]
+            fn neon($($arg: $ty),*) $(-> $ret)? {
+                $generic::<$crate::backend::cpu::simd::NeonDot>($($arg),*)
+            }
             match isa {
+                #[cfg(target_arch = "aarch64")]
+                // SAFETY: `Isa::NeonDot` is only made by `Isa::detect` or
+                // `Isa::available`, after the CPU reported `dotprod`.
+                $crate::backend::cpu::simd::Isa::NeonDot => unsafe { neon($($arg),*) },
                 #[cfg(target_arch = "x86_64")]
                 // SAFETY: `Isa::Avx512Vnni` is only made by `Isa::detect`
                 // or `Isa::available`, after the CPU reported every feature

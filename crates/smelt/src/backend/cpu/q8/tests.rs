@@ -1,6 +1,9 @@
 use super::*;
+#[cfg(target_arch = "x86_64")]
 use crate::backend::cpu::q8_decode;
-use crate::backend::cpu::simd::{Avx2Fma, Fused};
+#[cfg(target_arch = "x86_64")]
+use crate::backend::cpu::simd::Avx2Fma;
+use crate::backend::cpu::simd::Fused;
 
 /// The types of the Q8 path.
 pub(in crate::backend::cpu) const TYPES: [GgmlType; 5] = [
@@ -50,6 +53,7 @@ pub(in crate::backend::cpu) fn acts(n: usize, k: usize, seed: u64) -> Vec<f32> {
 
 /// The AVX2 tiles and raw-block dot products give, bit for bit, the
 /// portable tile's numbers (ggml's arithmetic), for every kind.
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn avx2_kernels_match_the_portable_tile() {
     if !Isa::available().contains(&Isa::Avx2) {
@@ -139,5 +143,55 @@ fn avx2_kernels_match_the_portable_tile() {
                 assert_eq!(got, want, "{dtype:?} raw row {i} weights {j}..");
             }
         }
+    }
+}
+
+/// On aarch64 with `dotprod`, the tiles on `sdot` (`neon.rs`) give the
+/// portable tile's numbers bit for bit, for every kind.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn neon_dot_tiles_match_the_portable_tile() {
+    if !Isa::available().contains(&Isa::NeonDot) {
+        eprintln!("skipped: this CPU has no dotprod");
+        return;
+    }
+    crate::backend::cpu::simd::multiversion! {
+        fn tile_kernel(xs: [XRow; 2], ws: [WRow; 3], kind: Kind) -> [[f32; 3]; 2] = tile_generic;
+    }
+    #[inline(always)]
+    fn tile_generic<M: Madd>(xs: [XRow; 2], ws: [WRow; 3], kind: Kind) -> [[f32; 3]; 2] {
+        tile::<M, 2, 3>(xs, ws, kind)
+    }
+    let (m, n, k) = (3, 2, 8 * QK8);
+    let nb = k / QK8;
+    for (t, dtype) in TYPES.into_iter().enumerate() {
+        let w = weights(dtype, m, k, 7 + t as u64);
+        let mut qa = Q8Acts::default();
+        qa.quantize_rows(&acts(n, k, 99 + t as u64));
+        let mut u = Unpacked::default();
+        u.unpack_portable(dtype, &w);
+        let xrow = |i: usize| {
+            (
+                &qa.qs[i * k..(i + 1) * k],
+                &qa.d[i * nb..(i + 1) * nb],
+                &qa.s[i * nb..(i + 1) * nb],
+                qa.x8.get(i * k / 2..(i + 1) * k / 2).unwrap_or_default(),
+            )
+        };
+        let wrow = |j: usize| WRow {
+            q: &u.qs[j * k..(j + 1) * k],
+            d: &u.d[j * nb..(j + 1) * nb],
+            m: &u.m[j * nb..(j + 1) * nb],
+        };
+        let kind = Kind::of(dtype);
+        let xs = [xrow(0), xrow(1)];
+        let ws = [wrow(0), wrow(1), wrow(2)];
+        let want = tile::<Fused, 2, 3>(xs, ws, kind);
+        let got = tile_kernel(Isa::NeonDot, xs, ws, kind);
+        assert_eq!(
+            got.map(|r| r.map(f32::to_bits)),
+            want.map(|r| r.map(f32::to_bits)),
+            "{dtype:?}"
+        );
     }
 }
