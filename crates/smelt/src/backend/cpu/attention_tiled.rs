@@ -119,6 +119,12 @@ pub fn run<M: Madd>(r: &Run, work: &mut [f32], store: &mut impl FnMut(usize, usi
 #[inline(always)]
 fn scores<M: Madd>(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if M::AVX512 {
+        // SAFETY: `M::AVX512` holds only inside the AVX-512 entry points,
+        // which run after the CPU reported AVX-512 F (and AVX2, FMA).
+        return unsafe { avx512::scores(qt, keys, hd, st) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2 and FMA.
@@ -216,6 +222,11 @@ fn softmax_step<M: Madd>(
 /// four dims at a time.
 #[inline(always)]
 fn values<M: Madd>(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if M::AVX512 {
+        // SAFETY: as in `scores`.
+        return unsafe { avx512::values(st, vals, hd, ot) };
+    }
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
@@ -324,6 +335,141 @@ mod avx2 {
                 }
             }
             d += c;
+        }
+    }
+}
+
+/// The same tiles with the 16 queries of a sub-block in one 512-bit
+/// register: each (key, query) or (dim, query) lane sums in the same order
+/// as [`avx2`]'s, so the bits are the same; twice the lanes per multiply,
+/// and twice the keys or dims per step.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::QB;
+
+    /// Keys or dims a step: 8 accumulators of 16 lanes.
+    const STEP: usize = 8;
+
+    /// [`super::scores`]: 8 keys × 16 queries, each step one row of `Qᵀ`
+    /// (one load) against 8 broadcast key values.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scores(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
+        let kt = keys.len() / hd;
+        assert!(
+            qt.len() >= hd * QB && st.len() >= kt * QB,
+            "tile buffers too short"
+        );
+        let mut j = 0;
+        while j < kt {
+            let c = (kt - j).min(STEP);
+            let mut acc = [_mm512_setzero_ps(); STEP];
+            for d in 0..hd {
+                // SAFETY: row d of Qᵀ and value d of keys j..j + c, within
+                // the asserted lengths; loadu needs no alignment.
+                unsafe {
+                    let q = _mm512_loadu_ps(qt.as_ptr().add(d * QB));
+                    for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                        let kv = _mm512_set1_ps(*keys.get_unchecked((j + k) * hd + d));
+                        *acc = _mm512_fmadd_ps(kv, q, *acc);
+                    }
+                }
+            }
+            for (k, acc) in acc.iter().enumerate().take(c) {
+                // SAFETY: row j + k < kt of the scores (asserted above).
+                unsafe { _mm512_storeu_ps(st.as_mut_ptr().add((j + k) * QB), *acc) };
+            }
+            j += c;
+        }
+    }
+
+    /// [`super::values`]: 8 dims × 16 queries, each step one row of `P`
+    /// (one load) against 8 broadcast values.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn values(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+        let kt = vals.len() / hd;
+        assert!(
+            st.len() >= kt * QB && ot.len() >= hd * QB,
+            "tile buffers too short"
+        );
+        let mut d = 0;
+        while d < hd {
+            let c = (hd - d).min(STEP);
+            let mut acc = [_mm512_setzero_ps(); STEP];
+            for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                // SAFETY: row d + k < hd of Oᵀ (asserted above).
+                *acc = unsafe { _mm512_loadu_ps(ot.as_ptr().add((d + k) * QB)) };
+            }
+            for j in 0..kt {
+                // SAFETY: row j < kt of P and values d..d + c of key j,
+                // within the asserted lengths.
+                unsafe {
+                    let p = _mm512_loadu_ps(st.as_ptr().add(j * QB));
+                    for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                        let v = _mm512_set1_ps(*vals.get_unchecked(j * hd + d + k));
+                        *acc = _mm512_fmadd_ps(v, p, *acc);
+                    }
+                }
+            }
+            for (k, acc) in acc.iter().enumerate().take(c) {
+                // SAFETY: as above.
+                unsafe { _mm512_storeu_ps(ot.as_mut_ptr().add((d + k) * QB), *acc) };
+            }
+            d += c;
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::simd::Isa;
+
+    /// The AVX-512 tiles give the AVX2 tiles' bits (the same sums per
+    /// lane), over tiles whose keys and dims are not whole steps.
+    #[test]
+    fn avx512_tiles_give_the_avx2_bits() {
+        if !Isa::available().contains(&Isa::Avx512Vnni) {
+            eprintln!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        let val = |i: usize| ((i * 7919 % 1013) as f32 - 506.0) / 97.0;
+        for (hd, kt) in [(64, 64), (80, 13), (6, 3)] {
+            let qt: Vec<f32> = (0..hd * QB).map(val).collect();
+            let keys: Vec<f32> = (0..kt * hd).map(|i| val(i + 5)).collect();
+            let (mut s2, mut s5) = (vec![0f32; kt * QB], vec![0f32; kt * QB]);
+            // SAFETY: the CPU has AVX-512 F (checked above), hence AVX2 and
+            // FMA too.
+            unsafe {
+                avx2::scores(&qt, &keys, hd, &mut s2);
+                avx512::scores(&qt, &keys, hd, &mut s5);
+            }
+            assert_eq!(
+                s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                s5.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "scores hd {hd} kt {kt}"
+            );
+            let (mut o2, mut o5): (Vec<f32>, Vec<f32>) = (
+                (0..hd * QB).map(val).collect(),
+                (0..hd * QB).map(val).collect(),
+            );
+            // SAFETY: as above.
+            unsafe {
+                avx2::values(&s2, &keys, hd, &mut o2);
+                avx512::values(&s2, &keys, hd, &mut o5);
+            }
+            assert_eq!(
+                o2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                o5.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "values hd {hd} kt {kt}"
+            );
         }
     }
 }
