@@ -40,15 +40,15 @@ fn report(path: &Path) -> Report {
             in_table = true;
         } else if in_table {
             let cols: Vec<&str> = line.split_whitespace().collect();
-            if let [ty, count, ..] = cols[..] {
-                if let Ok(n) = count.parse() {
-                    tensors.insert(ty.to_string(), n);
-                }
+            if let [ty, count, ..] = cols[..]
+                && let Ok(n) = count.parse()
+            {
+                tensors.insert(ty.to_string(), n);
             }
-        } else if let Some((k, v)) = line.split_once(':') {
-            if !line.starts_with(' ') {
-                fields.insert(k.to_string(), v.trim().to_string());
-            }
+        } else if let Some((k, v)) = line.split_once(':')
+            && !line.starts_with(' ')
+        {
+            fields.insert(k.to_string(), v.trim().to_string());
         }
     }
     Report {

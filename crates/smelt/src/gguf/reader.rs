@@ -416,14 +416,14 @@ fn check_tensor_placement(
     // before it overlaps. Empty tensors take no bytes and overlap nothing.
     let mut furthest: Option<(u64, usize)> = None;
     for &(start, end, i) in spans.iter().filter(|s| s.1 > s.0) {
-        if let Some((prev_end, prev)) = furthest {
-            if start < prev_end {
-                return Err(GgufError::TensorOverlap {
-                    first: tensors[prev].name.clone(),
-                    second: tensors[i].name.clone(),
-                    offset: info_at[i],
-                });
-            }
+        if let Some((prev_end, prev)) = furthest
+            && start < prev_end
+        {
+            return Err(GgufError::TensorOverlap {
+                first: tensors[prev].name.clone(),
+                second: tensors[i].name.clone(),
+                offset: info_at[i],
+            });
         }
         if furthest.is_none_or(|(e, _)| end > e) {
             furthest = Some((end, i));

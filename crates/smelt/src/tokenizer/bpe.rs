@@ -104,11 +104,9 @@ impl Bpe {
         // llama.cpp does (merges alone would not reach every such token).
         let whole = vocab.ignore_merges
             || (self.spec.newline_words_whole && word.bytes().all(|b| b == b'\n'));
-        if whole {
-            if let Some(id) = vocab.id(word) {
-                out.push(id);
-                return;
-            }
+        if whole && let Some(id) = vocab.id(word) {
+            out.push(id);
+            return;
         }
 
         let n = word.chars().count();

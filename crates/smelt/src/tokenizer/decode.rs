@@ -47,20 +47,20 @@ impl Tokenizer {
         let v = &self.vocab;
         let mut ids = ids;
         let mut remove_space = v.add_space_prefix;
-        if remove_special && v.add_bos {
-            if let Some((&first, rest)) = ids.split_first() {
-                if Some(first) == v.special.ids.bos {
-                    remove_space = false;
-                    ids = rest;
-                }
-            }
+        if remove_special
+            && v.add_bos
+            && let Some((&first, rest)) = ids.split_first()
+            && Some(first) == v.special.ids.bos
+        {
+            remove_space = false;
+            ids = rest;
         }
-        if remove_special && v.add_eos {
-            if let Some((&last, rest)) = ids.split_last() {
-                if Some(last) == v.special.ids.eos {
-                    ids = rest;
-                }
-            }
+        if remove_special
+            && v.add_eos
+            && let Some((&last, rest)) = ids.split_last()
+            && Some(last) == v.special.ids.eos
+        {
+            ids = rest;
         }
 
         let mut text = Vec::new();

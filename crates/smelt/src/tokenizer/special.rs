@@ -261,11 +261,11 @@ fn end_of_generation(
             tokens[end as usize].attr = Attr::USER_DEFINED;
         }
     }
-    if in_eog(&eog, "<|tool_response>").is_some() {
-        if let Some(s) = in_eog(&eog, "</s>") {
-            eog.remove(&s);
-            tokens[s as usize].attr = Attr::NORMAL;
-        }
+    if in_eog(&eog, "<|tool_response>").is_some()
+        && let Some(s) = in_eog(&eog, "</s>")
+    {
+        eog.remove(&s);
+        tokens[s as usize].attr = Attr::NORMAL;
     }
     eog
 }

@@ -337,10 +337,10 @@ impl Backend for GpuBackend {
     fn load_joined(&mut self, ws: &[WeightInput]) -> Result<Vec<Tensor>> {
         // Only the prefill matmuls on cooperative matrices read them joined
         // (`matmul::matmuls_coop`).
-        if self.ctx.features.coop != 0 {
-            if let Some(ts) = self.buffers.load_joined(&self.ctx, ws)? {
-                return Ok(ts);
-            }
+        if self.ctx.features.coop != 0
+            && let Some(ts) = self.buffers.load_joined(&self.ctx, ws)?
+        {
+            return Ok(ts);
         }
         ws.iter()
             .map(|w| self.load(&w.name, w.dtype, w.rows, w.cols, &w.data))
