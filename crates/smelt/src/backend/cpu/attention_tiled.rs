@@ -122,13 +122,13 @@ fn scores<M: Madd>(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
     if M::AVX512 {
         // SAFETY: `M::AVX512` holds only inside the AVX-512 entry points,
         // which run after the CPU reported AVX-512 F (and AVX2, FMA).
-        return unsafe { avx512::scores(qt, keys, hd, st) };
+        return unsafe { x86::scores_avx512(qt, keys, hd, st) };
     }
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2 and FMA.
-        return unsafe { avx2::scores(qt, keys, hd, st) };
+        return unsafe { x86::scores_avx2(qt, keys, hd, st) };
     }
     for (key, s) in keys.chunks_exact(hd).zip(st.chunks_exact_mut(QB)) {
         let mut acc = [0f32; QB];
@@ -225,13 +225,13 @@ fn values<M: Madd>(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if M::AVX512 {
         // SAFETY: as in `scores`.
-        return unsafe { avx512::values(st, vals, hd, ot) };
+        return unsafe { x86::values_avx512(st, vals, hd, ot) };
     }
     #[cfg(target_arch = "x86_64")]
     if M::AVX2 {
         // SAFETY: `M::AVX2` holds only inside the AVX2 entry points, which
         // run after the CPU reported AVX2 and FMA.
-        return unsafe { avx2::values(st, vals, hd, ot) };
+        return unsafe { x86::values_avx2(st, vals, hd, ot) };
     }
     for (p, val) in st.chunks_exact(QB).zip(vals.chunks_exact(hd)) {
         for (d, &v) in val.iter().enumerate() {
@@ -243,122 +243,155 @@ fn values<M: Madd>(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
     }
 }
 
+/// The tiles on x86: the 16 queries of a sub-block as one row of lanes
+/// ([`Row16`]: two AVX2 registers or one AVX-512 register), `STEP` keys
+/// (scores) or dims (values) a step, each lane summing in the same order
+/// on both, so the bits are the same.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+mod x86 {
     use std::arch::x86_64::*;
 
     use super::QB;
 
-    /// [`super::scores`]: 4 keys × 16 queries in 8 registers, each step one
-    /// row of `Qᵀ` (2 loads) against 4 broadcast key values.
+    /// 16 f32 lanes and the operations the tiles take on them.
+    ///
+    /// # Safety
+    /// Every method only from functions compiled with the implementing
+    /// ISA's features, and `load`/`store` with a pointer to 16 readable or
+    /// writable f32s (loadu/storeu need no alignment).
+    pub trait Row16: Copy {
+        unsafe fn zero() -> Self;
+        unsafe fn load(p: *const f32) -> Self;
+        unsafe fn splat(v: f32) -> Self;
+        /// `a · b + c`, fused.
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self;
+        unsafe fn store(self, p: *mut f32);
+    }
+
+    /// AVX2 and FMA: two 8-lane registers (the tiles take 4 rows a step).
+    #[derive(Clone, Copy)]
+    pub struct Avx2(__m256, __m256);
+
+    impl Row16 for Avx2 {
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm256_setzero_ps(), _mm256_setzero_ps()) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8))) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm256_set1_ps(v), _mm256_set1_ps(v)) }
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe {
+                Self(
+                    _mm256_fmadd_ps(a.0, b.0, c.0),
+                    _mm256_fmadd_ps(a.1, b.1, c.1),
+                )
+            }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe {
+                _mm256_storeu_ps(p, self.0);
+                _mm256_storeu_ps(p.add(8), self.1);
+            }
+        }
+    }
+
+    /// AVX-512 F: one 16-lane register (the tiles take 8 rows a step).
+    #[derive(Clone, Copy)]
+    pub struct Avx512(__m512);
+
+    impl Row16 for Avx512 {
+        #[inline(always)]
+        unsafe fn zero() -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm512_setzero_ps()) }
+        }
+        #[inline(always)]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm512_loadu_ps(p)) }
+        }
+        #[inline(always)]
+        unsafe fn splat(v: f32) -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm512_set1_ps(v)) }
+        }
+        #[inline(always)]
+        unsafe fn fmadd(a: Self, b: Self, c: Self) -> Self {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { Self(_mm512_fmadd_ps(a.0, b.0, c.0)) }
+        }
+        #[inline(always)]
+        unsafe fn store(self, p: *mut f32) {
+            // SAFETY: `Row16`'s contract: the ISA's features, 16 f32s at `p`.
+            unsafe { _mm512_storeu_ps(p, self.0) }
+        }
+    }
+
+    /// [`super::scores`] on AVX2 and FMA.
     ///
     /// # Safety
     /// The CPU must have AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn scores(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
-        let kt = keys.len() / hd;
-        assert!(
-            qt.len() >= hd * QB && st.len() >= kt * QB,
-            "tile buffers too short"
-        );
-        let mut j = 0;
-        while j < kt {
-            let c = (kt - j).min(4);
-            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-            for d in 0..hd {
-                // SAFETY: row d of Qᵀ and value d of keys j..j + c, within
-                // the asserted lengths; loadu needs no alignment.
-                unsafe {
-                    let q = qt.as_ptr().add(d * QB);
-                    let (q0, q1) = (_mm256_loadu_ps(q), _mm256_loadu_ps(q.add(8)));
-                    for (k, acc) in acc.iter_mut().enumerate().take(c) {
-                        let kv = _mm256_broadcast_ss(&*keys.as_ptr().add((j + k) * hd + d));
-                        acc[0] = _mm256_fmadd_ps(kv, q0, acc[0]);
-                        acc[1] = _mm256_fmadd_ps(kv, q1, acc[1]);
-                    }
-                }
-            }
-            for (k, acc) in acc.iter().enumerate().take(c) {
-                // SAFETY: row j + k < kt of the scores (asserted above).
-                unsafe {
-                    let s = st.as_mut_ptr().add((j + k) * QB);
-                    _mm256_storeu_ps(s, acc[0]);
-                    _mm256_storeu_ps(s.add(8), acc[1]);
-                }
-            }
-            j += c;
-        }
+    pub unsafe fn scores_avx2(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
+        // SAFETY: compiled with AVX2 and FMA, as `Avx2` asks.
+        unsafe { scores::<Avx2, 4>(qt, keys, hd, st) }
     }
 
-    /// [`super::values`]: 4 dims × 16 queries in 8 registers, each step
-    /// one row of `P` (2 loads) against 4 broadcast values.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2 and FMA.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn values(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
-        let kt = vals.len() / hd;
-        assert!(
-            st.len() >= kt * QB && ot.len() >= hd * QB,
-            "tile buffers too short"
-        );
-        let mut d = 0;
-        while d < hd {
-            let c = (hd - d).min(4);
-            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-            for (k, acc) in acc.iter_mut().enumerate().take(c) {
-                // SAFETY: row d + k < hd of Oᵀ (asserted above).
-                unsafe {
-                    let o = ot.as_ptr().add((d + k) * QB);
-                    *acc = [_mm256_loadu_ps(o), _mm256_loadu_ps(o.add(8))];
-                }
-            }
-            for j in 0..kt {
-                // SAFETY: row j < kt of P and values d..d + c of key j,
-                // within the asserted lengths.
-                unsafe {
-                    let p = st.as_ptr().add(j * QB);
-                    let (p0, p1) = (_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)));
-                    for (k, acc) in acc.iter_mut().enumerate().take(c) {
-                        let v = _mm256_broadcast_ss(&*vals.as_ptr().add(j * hd + d + k));
-                        acc[0] = _mm256_fmadd_ps(v, p0, acc[0]);
-                        acc[1] = _mm256_fmadd_ps(v, p1, acc[1]);
-                    }
-                }
-            }
-            for (k, acc) in acc.iter().enumerate().take(c) {
-                // SAFETY: as above.
-                unsafe {
-                    let o = ot.as_mut_ptr().add((d + k) * QB);
-                    _mm256_storeu_ps(o, acc[0]);
-                    _mm256_storeu_ps(o.add(8), acc[1]);
-                }
-            }
-            d += c;
-        }
-    }
-}
-
-/// The same tiles with the 16 queries of a sub-block in one 512-bit
-/// register: each (key, query) or (dim, query) lane sums in the same order
-/// as [`avx2`]'s, so the bits are the same; twice the lanes per multiply,
-/// and twice the keys or dims per step.
-#[cfg(target_arch = "x86_64")]
-mod avx512 {
-    use std::arch::x86_64::*;
-
-    use super::QB;
-
-    /// Keys or dims a step: 8 accumulators of 16 lanes.
-    const STEP: usize = 8;
-
-    /// [`super::scores`]: 8 keys × 16 queries, each step one row of `Qᵀ`
-    /// (one load) against 8 broadcast key values.
+    /// [`super::scores`] on AVX-512 F.
     ///
     /// # Safety
     /// The CPU must have AVX-512 F.
     #[target_feature(enable = "avx512f")]
-    pub unsafe fn scores(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
+    pub unsafe fn scores_avx512(qt: &[f32], keys: &[f32], hd: usize, st: &mut [f32]) {
+        // SAFETY: compiled with AVX-512 F, as `Avx512` asks.
+        unsafe { scores::<Avx512, 8>(qt, keys, hd, st) }
+    }
+
+    /// [`super::values`] on AVX2 and FMA.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn values_avx2(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+        // SAFETY: compiled with AVX2 and FMA, as `Avx2` asks.
+        unsafe { values::<Avx2, 4>(st, vals, hd, ot) }
+    }
+
+    /// [`super::values`] on AVX-512 F.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512 F.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn values_avx512(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+        // SAFETY: compiled with AVX-512 F, as `Avx512` asks.
+        unsafe { values::<Avx512, 8>(st, vals, hd, ot) }
+    }
+
+    /// `STEP` keys × 16 queries in accumulator rows, each step one row of
+    /// `Qᵀ` against `STEP` broadcast key values.
+    ///
+    /// # Safety
+    /// Only inlined into functions compiled with `R`'s features.
+    #[inline(always)]
+    unsafe fn scores<R: Row16, const STEP: usize>(
+        qt: &[f32],
+        keys: &[f32],
+        hd: usize,
+        st: &mut [f32],
+    ) {
         let kt = keys.len() / hd;
         assert!(
             qt.len() >= hd * QB && st.len() >= kt * QB,
@@ -367,33 +400,38 @@ mod avx512 {
         let mut j = 0;
         while j < kt {
             let c = (kt - j).min(STEP);
-            let mut acc = [_mm512_setzero_ps(); STEP];
-            for d in 0..hd {
-                // SAFETY: row d of Qᵀ and value d of keys j..j + c, within
-                // the asserted lengths; loadu needs no alignment.
-                unsafe {
-                    let q = _mm512_loadu_ps(qt.as_ptr().add(d * QB));
+            // SAFETY: the caller's features; row d of Qᵀ, value d of keys
+            // j..j + c and rows j..j + c of the scores lie within the
+            // asserted lengths.
+            unsafe {
+                let mut acc = [R::zero(); STEP];
+                for d in 0..hd {
+                    let q = R::load(qt.as_ptr().add(d * QB));
                     for (k, acc) in acc.iter_mut().enumerate().take(c) {
-                        let kv = _mm512_set1_ps(*keys.get_unchecked((j + k) * hd + d));
-                        *acc = _mm512_fmadd_ps(kv, q, *acc);
+                        let kv = R::splat(*keys.get_unchecked((j + k) * hd + d));
+                        *acc = R::fmadd(kv, q, *acc);
                     }
                 }
-            }
-            for (k, acc) in acc.iter().enumerate().take(c) {
-                // SAFETY: row j + k < kt of the scores (asserted above).
-                unsafe { _mm512_storeu_ps(st.as_mut_ptr().add((j + k) * QB), *acc) };
+                for (k, acc) in acc.iter().enumerate().take(c) {
+                    acc.store(st.as_mut_ptr().add((j + k) * QB));
+                }
             }
             j += c;
         }
     }
 
-    /// [`super::values`]: 8 dims × 16 queries, each step one row of `P`
-    /// (one load) against 8 broadcast values.
+    /// `STEP` dims × 16 queries in accumulator rows, each step one row of
+    /// `P` against `STEP` broadcast values.
     ///
     /// # Safety
-    /// The CPU must have AVX-512 F.
-    #[target_feature(enable = "avx512f")]
-    pub unsafe fn values(st: &[f32], vals: &[f32], hd: usize, ot: &mut [f32]) {
+    /// Only inlined into functions compiled with `R`'s features.
+    #[inline(always)]
+    unsafe fn values<R: Row16, const STEP: usize>(
+        st: &[f32],
+        vals: &[f32],
+        hd: usize,
+        ot: &mut [f32],
+    ) {
         let kt = vals.len() / hd;
         assert!(
             st.len() >= kt * QB && ot.len() >= hd * QB,
@@ -402,25 +440,24 @@ mod avx512 {
         let mut d = 0;
         while d < hd {
             let c = (hd - d).min(STEP);
-            let mut acc = [_mm512_setzero_ps(); STEP];
-            for (k, acc) in acc.iter_mut().enumerate().take(c) {
-                // SAFETY: row d + k < hd of Oᵀ (asserted above).
-                *acc = unsafe { _mm512_loadu_ps(ot.as_ptr().add((d + k) * QB)) };
-            }
-            for j in 0..kt {
-                // SAFETY: row j < kt of P and values d..d + c of key j,
-                // within the asserted lengths.
-                unsafe {
-                    let p = _mm512_loadu_ps(st.as_ptr().add(j * QB));
+            // SAFETY: the caller's features; rows d..d + c of Oᵀ, row j of
+            // P and values d..d + c of key j lie within the asserted
+            // lengths.
+            unsafe {
+                let mut acc = [R::zero(); STEP];
+                for (k, acc) in acc.iter_mut().enumerate().take(c) {
+                    *acc = R::load(ot.as_ptr().add((d + k) * QB));
+                }
+                for j in 0..kt {
+                    let p = R::load(st.as_ptr().add(j * QB));
                     for (k, acc) in acc.iter_mut().enumerate().take(c) {
-                        let v = _mm512_set1_ps(*vals.get_unchecked(j * hd + d + k));
-                        *acc = _mm512_fmadd_ps(v, p, *acc);
+                        let v = R::splat(*vals.get_unchecked(j * hd + d + k));
+                        *acc = R::fmadd(v, p, *acc);
                     }
                 }
-            }
-            for (k, acc) in acc.iter().enumerate().take(c) {
-                // SAFETY: as above.
-                unsafe { _mm512_storeu_ps(ot.as_mut_ptr().add((d + k) * QB), *acc) };
+                for (k, acc) in acc.iter().enumerate().take(c) {
+                    acc.store(ot.as_mut_ptr().add((d + k) * QB));
+                }
             }
             d += c;
         }
@@ -448,8 +485,8 @@ mod tests {
             // SAFETY: the CPU has AVX-512 F (checked above), hence AVX2 and
             // FMA too.
             unsafe {
-                avx2::scores(&qt, &keys, hd, &mut s2);
-                avx512::scores(&qt, &keys, hd, &mut s5);
+                x86::scores_avx2(&qt, &keys, hd, &mut s2);
+                x86::scores_avx512(&qt, &keys, hd, &mut s5);
             }
             assert_eq!(
                 s2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -462,8 +499,8 @@ mod tests {
             );
             // SAFETY: as above.
             unsafe {
-                avx2::values(&s2, &keys, hd, &mut o2);
-                avx512::values(&s2, &keys, hd, &mut o5);
+                x86::values_avx2(&s2, &keys, hd, &mut o2);
+                x86::values_avx512(&s2, &keys, hd, &mut o5);
             }
             assert_eq!(
                 o2.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
