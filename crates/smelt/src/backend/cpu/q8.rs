@@ -245,12 +245,13 @@ fn lanes<M: Madd>(w: &[i8], x: &[i8], off: i32) -> [f32; LANES] {
             (w.try_into().expect("32"), x.try_into().expect("32"));
         // SAFETY: `M::DOTPROD` holds only inside the `dotprod` entry
         // points, which run after the CPU reported it.
-        let (wx, sx) = unsafe {
-            (
-                super::neon::dot_lanes(w, x),
-                super::neon::dot_lanes(&[1; QK8], x),
-            )
-        };
+        let wx = unsafe { super::neon::dot_lanes(w, x) };
+        if off == 0 {
+            return wx.map(|v| v as f32);
+        }
+        // Σ x per lane, for the types whose quants carry an offset.
+        // SAFETY: as above.
+        let sx = unsafe { super::neon::dot_lanes(&[1; QK8], x) };
         return std::array::from_fn(|l| (wx[l] - off * sx[l]) as f32);
     }
     let mut out = [0f32; LANES];
