@@ -32,6 +32,7 @@ fn gqa(hd: usize, ctx: usize) -> AttentionParams {
         window: None,
         softcap: None,
         keys: 0,
+        decode_rows: 0,
     }
 }
 

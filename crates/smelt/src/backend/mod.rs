@@ -143,6 +143,12 @@ pub struct AttentionParams {
     /// long rows of keys out; 0 when not known. Results do not depend
     /// on it.
     pub keys: usize,
+    /// How many of the call's first rows are decode rows, each the only
+    /// row of its sequence in the call (a server step's generating
+    /// sequences, which come first), known to the host: kernels may
+    /// attend to those rows one at a time, as to a decode step of one
+    /// row, whose bits they then give; 0 when not known.
+    pub decode_rows: usize,
 }
 
 impl AttentionParams {
@@ -158,6 +164,7 @@ impl AttentionParams {
             window: None,
             softcap: None,
             keys: 0,
+            decode_rows: 0,
         }
     }
 }

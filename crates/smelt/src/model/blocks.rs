@@ -37,6 +37,8 @@ pub struct Step<'a> {
     pub n: usize,
     /// The most keys a row attends to (`AttentionParams::keys`).
     pub keys: usize,
+    /// The first rows that are decode rows (`AttentionParams::decode_rows`).
+    pub decode_rows: usize,
     pub out: Output,
     pub tokens: Tensor,  // 1 × B, I32
     pub pos: Tensor,     // 1 × B, I32
@@ -65,6 +67,7 @@ impl<'a> Step<'a> {
             cache,
             n,
             keys: rows.keys,
+            decode_rows: rows.decode_rows,
             out,
             tokens: ids(a.tokens, n),
             pos: ids(a.pos, n),
@@ -254,6 +257,7 @@ pub fn attention(
     let (attn, proj) = (s.rows(a.attn), s.rows(a.proj));
     let params = AttentionParams {
         keys: s.keys,
+        decode_rows: s.decode_rows,
         ..l.params
     };
     b.attention(q, cache.k[il], cache.v[il], s.pos, s.seq, &params, attn)?;

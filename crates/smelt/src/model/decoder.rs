@@ -220,12 +220,14 @@ pub enum Output {
     Hidden,
 }
 
-/// A step's rows: how many, and the most keys one of them attends to
-/// (its position + 1).
+/// A step's rows: how many, the most keys one of them attends to (its
+/// position + 1), and how many of the first are decode rows
+/// (`AttentionParams::decode_rows`).
 #[derive(Clone, Copy, Debug)]
 pub struct Rows {
     pub n: usize,
     pub keys: usize,
+    pub decode_rows: usize,
 }
 
 /// One step of `rows`, whose ids, positions, slots and cache rows are

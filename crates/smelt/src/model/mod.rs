@@ -472,7 +472,12 @@ impl Session {
             false => decoder::Output::Logits { rows: n_out },
         };
         let keys = rows.iter().map(|r| r.pos + 1).max().unwrap_or(0);
-        let step = decoder::Rows { n, keys };
+        let decode_rows = leading_decode_rows(rows);
+        let step = decoder::Rows {
+            n,
+            keys,
+            decode_rows,
+        };
         decoder::forward(b, c, &self.model.weights, &self.cache, a, step, out)?;
         let recorded = Instant::now();
         if hidden {
@@ -524,4 +529,15 @@ impl server::Engine for Session {
     fn hidden(&mut self, rows: &[server::Row]) -> std::result::Result<&[f32], String> {
         Session::hidden(self, rows).map_err(|e| e.to_string())
     }
+}
+
+/// How many of `rows`' first rows are each the only row of their sequence
+/// (`AttentionParams::decode_rows`): a server step puts its generating
+/// sequences' rows before any prompt chunk.
+fn leading_decode_rows(rows: &[BatchRow]) -> usize {
+    let mut count = std::collections::HashMap::<usize, usize>::with_capacity(rows.len());
+    for r in rows {
+        *count.entry(r.seq).or_default() += 1;
+    }
+    rows.iter().take_while(|r| count[&r.seq] == 1).count()
 }

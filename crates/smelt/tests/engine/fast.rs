@@ -254,6 +254,7 @@ fn attention_sweep() {
                     window,
                     softcap,
                     keys: 0,
+                    decode_rows: 0,
                 };
                 // The fast op rounds the query and its value accumulator to
                 // f16 with an F16 cache, as ggml does: more so the longer
@@ -312,6 +313,7 @@ fn attention_rows_are_batch_invariant() {
         window: None,
         softcap: None,
         keys: 0,
+        decode_rows: 0,
     };
     // Attention of runs of `(slot, rows)` (positions 5.. each) on `q`.
     let run = |b: &mut dyn Backend, rows: &[(i32, usize)], q: &[f32]| {
@@ -528,6 +530,7 @@ fn fast_errors_match_reference() {
             window: None,
             softcap: None,
             keys: 0,
+            decode_rows: 0,
         };
         let o = b.alloc(GgmlType::F32, 1, 8).unwrap();
         assert!(

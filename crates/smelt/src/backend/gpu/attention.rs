@@ -72,8 +72,26 @@ pub(super) fn attention(be: &mut GpuBackend, t: Operands, p: &AttentionParams) -
     // Prefill: one invocation per (head, row), no barriers; decode: a
     // workgroup per (row, head) so one row still fills the GPU.
     if q.rows > ATTENTION_ROWS_MIN && p.head_dim.is_multiple_of(4) {
-        return prefill(be, t, p, params);
+        // A server step's decode rows as decodes: in a prefill tile, rows
+        // of many sequences walk the keys of all their slots.
+        let lone = p.decode_rows.min(q.rows);
+        if lone > 0 {
+            let [q, kc, vc, pos, seq, out] = t;
+            let t = [q.with_rows(lone), kc, vc, pos, seq, out.with_rows(lone)];
+            decode(be, t, p, Params::new(lone, p, k_cache.rows))?;
+        }
+        if lone < q.rows {
+            let row0 = lone as u32;
+            prefill(be, t, p, Params { row0, ..params })?;
+        }
+        return Ok(());
     }
+    decode(be, t, p, params)
+}
+
+/// Decode attention of every row of `t`.
+fn decode(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params) -> Result<()> {
+    let [q, k_cache, ..] = t;
     let groups = q.rows * p.n_heads;
     let keys = p.window.map_or(p.keys, |w| w.min(p.keys));
     let parts = match attention::parts_for(groups, keys) {
@@ -95,8 +113,10 @@ pub(super) fn attention(be: &mut GpuBackend, t: Operands, p: &AttentionParams) -
     Ok(())
 }
 
+/// Prefill attention of rows `params.row0..` of `t`.
 fn prefill(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params) -> Result<()> {
     let [q, k_cache, ..] = t;
+    let rows = q.rows - params.row0 as usize;
     let (kv, head_dim) = (k_cache.dtype, p.head_dim as u32);
     let f = be.ctx.features;
     let heads = coop_attention_heads(p.n_heads, p.n_kv_heads);
@@ -110,7 +130,7 @@ fn prefill(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params
         && coop.builds_with(f)
         && k_cache.rows >= f.coop as usize
     {
-        let groups = q.rows.div_ceil(f.coop as usize) * p.n_heads / heads as usize;
+        let groups = rows.div_ceil(f.coop as usize) * p.n_heads / heads as usize;
         let step = CoopAttention {
             head_dim,
             heads,
@@ -123,10 +143,10 @@ fn prefill(be: &mut GpuBackend, t: Operands, p: &AttentionParams, params: Params
     }
     let quads = AttentionKernel::AttentionQuads { kv, head_dim };
     let (kernel, groups) = if p.head_dim.is_multiple_of(16) && quads.builds_with(f) {
-        (quads, q.rows.div_ceil(32) * p.n_heads)
+        (quads, rows.div_ceil(32) * p.n_heads)
     } else {
-        let rows = AttentionKernel::AttentionRows { kv, head_dim };
-        (rows, (q.rows * p.n_heads).div_ceil(64))
+        let kernel = AttentionKernel::AttentionRows { kv, head_dim };
+        (kernel, (rows * p.n_heads).div_ceil(64))
     };
     be.run(attention::dispatch(
         kernel,

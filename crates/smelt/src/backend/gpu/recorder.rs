@@ -151,7 +151,9 @@ impl Profiler {
 
 impl Recorder {
     pub fn new(ctx: &Context) -> Self {
-        let stride = u64::from(ctx.limits.min_uniform_buffer_offset_alignment).max(PARAMS_BYTES);
+        // Each slot starts on the adapter's alignment (a power of two).
+        let align = u64::from(ctx.limits.min_uniform_buffer_offset_alignment);
+        let stride = PARAMS_BYTES.next_multiple_of(align);
         let param_buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("dispatch params"),
             size: stride * MAX_DISPATCHES,

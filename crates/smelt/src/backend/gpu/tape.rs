@@ -484,7 +484,8 @@ impl Step {
             {
                 Some(n.call(Some(half)))
             }
-            Step::CoopAttention(a) => Some(a.call(Some(half), aux)),
+            // Only a dispatch of every row writes every row's blocks.
+            Step::CoopAttention(a) if a.params.row0 == 0 => Some(a.call(Some(half), aux)),
             Step::CoopGateUp(g) if g.glu.is_some() => Some(g.call(Some(half), aux)),
             _ => None,
         }

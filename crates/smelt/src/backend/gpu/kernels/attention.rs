@@ -53,6 +53,9 @@ kernel_params! {
         pub zero: u32,
         /// A block cache's rotation group (`kv_blocks::rotation`).
         pub rot: u32,
+        /// Prefill: the first query row the dispatch takes (the rows
+        /// before it are decode rows, another dispatch's).
+        pub row0: u32,
     }
 }
 

@@ -167,7 +167,7 @@ fn main(
 ) {
     let n = P.n;
     let nh = P.n_heads;
-    let blocks = (n + FS - 1u) / FS;
+    let blocks = (n - P.row0 + FS - 1u) / FS;
     let groups = nh / SQ;
     // No early return for a workgroup past the blocks (a grid spilled into
     // y): cooperative ops need uniform control flow, so it computes the
@@ -178,7 +178,7 @@ fn main(
     // neighbouring workgroups. This subgroup's head is h.
     let h0 = (g % groups) * SQ;
     let h = h0 + sg;
-    let i0 = (blocks - 1u - g / groups) * FS;
+    let i0 = P.row0 + (blocks - 1u - g / groups) * FS;
     let base = (h0 / (nh / P.n_kv_heads)) * HD;
     // The SQ heads' queries, rounded, at the start of st.
     for (var e = lid; e < SQ * FS * HD / 4u; e += WG) {

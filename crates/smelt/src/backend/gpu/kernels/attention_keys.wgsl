@@ -21,6 +21,7 @@ struct Params {
     rope_writes: u32, // ROPE: 1 rounds the output to Q8, + 2 writes K rotated to ko, + 4 Q rotated to qo
     zero: u32,       // 0 (exact.wgsl's `opaque`)
     rot: u32,        // KV_BLOCKS: values per rotation group of a cache row
+    row0: u32,       // prefill: the first query row taken (rows before it are decode rows)
 }
 @group(0) @binding(0) var<uniform> P: Params;
 

@@ -51,7 +51,7 @@ fn main(
     let n = P.n;
     let nh = P.n_heads;
     let hd = {{HD}}u;
-    let blocks = (n + 31u) / 32u;
+    let blocks = (n - P.row0 + 31u) / 32u;
     let g = wg_index(wid, nwg);
     if (g >= blocks * nh) {
         return;
@@ -59,7 +59,7 @@ fn main(
     // The last rows (the most keys) first, so the long blocks do not end
     // the dispatch alone; a block's heads are neighbouring workgroups.
     let h = g % nh;
-    let i = (blocks - 1u - g / nh) * 32u + lid / 4u;
+    let i = P.row0 + (blocks - 1u - g / nh) * 32u + lid / 4u;
     let t = lid % 4u;
     // A quad past the last row computes row n - 1 and stores nothing: its
     // shuffles stay within itself either way.
@@ -171,11 +171,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let g = gid.x + gid.y * nwg.x * 64u;
     let n = P.n;
     let nh = P.n_heads;
-    if (g >= n * nh) {
+    let rows = n - P.row0;
+    if (g >= rows * nh) {
         return;
     }
-    let h = g / n;
-    let i = g % n;
+    let h = g / rows;
+    let i = P.row0 + g % rows;
     let hd = HD4 * 4u;
     let kvh = h / (nh / P.n_kv_heads);
     let kv_stride = P.n_kv_heads * hd;

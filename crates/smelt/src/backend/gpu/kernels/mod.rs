@@ -192,8 +192,9 @@ pub struct Field {
     pub size: usize,
 }
 
-/// Bytes of one dispatch's parameter slot.
-pub const PARAMS_BYTES: u64 = 64;
+/// Bytes of one dispatch's parameter slot: the largest block (the
+/// attention's 17 words) rounded up to 16.
+pub const PARAMS_BYTES: u64 = 80;
 
 /// A dispatch's parameter block as the recorder writes it.
 pub type ParamBlock = [u32; PARAMS_BYTES as usize / 4];
