@@ -298,26 +298,33 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
         MatIn::F32(x) if decode => be.run(mark(matvec::dispatch(w, x, out, o0, row_bytes))),
         MatIn::F32(x) if f.coop != 0 && k.is_multiple_of(32) => {
             let huge = be.ctx.coop_huge;
-            let mut tile = CoopTile::pick(f.coop, m, n, huge);
+            let mut tile = (CoopTile::pick(f.coop, m, n, huge), 1);
             // Split where the output is one run of whole 16-byte words
             // (`SplitSums`).
             let len = n * m;
             if whole && len.is_multiple_of(4) {
-                tile = tile.split(f.coop, m, n, k, huge);
+                tile = tile.0.split(f.coop, m, n, k, huge);
             }
             let x = acts::half_input(be, x)?;
             let t = (w, x, out);
-            if tile.parts() == 1 {
+            let (tile, parts) = tile;
+            if parts == 1 {
                 let d = matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), None);
                 return be.run(mark(d));
             }
-            // The second half's sums, then added to the first's, a step
+            // The other parts' sums, then added to the first's, a step
             // for the residual add after it to join (`Step::SplitSums`).
-            let sums = acts::split_sums(be, len)?.reshape(n, m);
-            let d = matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), Some(sums));
+            let sums = acts::split_sums(be, (parts - 1) * len)?.reshape((parts - 1) * n, m);
+            let split = Some((sums, parts));
+            let d = matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), split);
             be.run(mark(d))?;
             let keep = true;
-            be.record(Step::SplitSums(Split { out, sums, keep }));
+            be.record(Step::SplitSums(Split {
+                out,
+                sums,
+                parts,
+                keep,
+            }));
             Ok(())
         }
         MatIn::F32(x) => be.run(mark(kernels::matmul::dispatch(w, x, out, o0, row_bytes))),

@@ -118,6 +118,7 @@ mod tests {
             split: Some(Split {
                 out: proj,
                 sums,
+                parts: 2,
                 keep: true,
             }),
         };

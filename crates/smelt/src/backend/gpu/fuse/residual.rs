@@ -75,8 +75,9 @@ pub(super) fn join(held: &Step, next: &Step) -> Option<Step> {
             let d = matvec_blocks::dot((w, x, out), 0, Some((res, sum)));
             Some(Step::Dispatch(d))
         }
+        // The add (and norm) take in the sums of a matmul in two halves.
         (&Step::SplitSums(s), &Step::Add { a, b, out, .. }) => {
-            if s.out.id == out.id || a.id == b.id {
+            if s.parts != 2 || s.out.id == out.id || a.id == b.id {
                 return None;
             }
             let other = if b == s.out {
@@ -172,6 +173,7 @@ mod tests {
         let split = Split {
             out: proj,
             sums: t(4, 8, 64),
+            parts: 2,
             keep: true,
         };
         let norm = Step::Norm {

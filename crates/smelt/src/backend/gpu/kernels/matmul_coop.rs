@@ -28,8 +28,8 @@ kernel_params! {
         pub out_stride: u32,
         /// out's first column.
         pub out_col0: u32,
-        /// SPLIT: the k of each half.
-        pub k_half: u32,
+        /// SPLIT: the k of each part.
+        pub k_part: u32,
         /// MULTI: rows of w1.
         pub m1: u32,
         /// MULTI: rows of w2 (0: none).
@@ -47,6 +47,8 @@ kernel_params! {
         /// GLU: what is written: bit 0 act, bit 1 its f16 blocks, bit 2
         /// gate and up.
         pub writes: u32,
+        /// SPLIT: the parts of k.
+        pub parts: u32,
     }
 }
 
@@ -84,7 +86,7 @@ impl Family for MatMulCoop {
                     tile,
                     multi: Multi::One,
                 });
-                if tile != CoopTile::HugeSplit {
+                if !tile.is_split() {
                     for multi in [Multi::Apart, Multi::Joint] {
                         v.push(MatMulCoop { t, tile, multi });
                     }
@@ -112,8 +114,10 @@ impl Family for MatMulCoop {
     fn bindings(self) -> &'static [Binding] {
         const IN: [Binding; 3] = [r("wq"), r("x"), rw("out")];
         match (self.tile, self.multi) {
-            // Split: the second half's sums after the output.
-            (CoopTile::HugeSplit, _) => &const { [IN[0], IN[1], IN[2], rw("sums1")] },
+            // Split: the other parts' sums after the output.
+            (CoopTile::HugeSplit | CoopTile::ShortSplit, _) => {
+                &const { [IN[0], IN[1], IN[2], rw("sums1")] }
+            }
             (_, Multi::One) => &IN,
             // The other weights and outputs after them ...
             (_, Multi::Apart) => {
@@ -160,7 +164,7 @@ impl Family for MatMulCoop {
                 s.def(op.glu_define());
             }
         }
-        if self.tile == CoopTile::HugeSplit {
+        if self.tile.is_split() {
             s.def("SPLIT");
         }
         let c = CoopShape::of(f.coop, self.tile);
@@ -203,6 +207,10 @@ pub enum CoopTile {
     /// the GPU (8b's Q, O and down), the second half's sums added after
     /// (`CoopTile::split`).
     HugeSplit,
+    /// Short tiles with k in 2 to 16 parts, a workgroup per tile and part:
+    /// a short batch's tiles, each walking a long k with two subgroups,
+    /// leave the multiprocessors mostly waiting (`CoopTile::split`).
+    ShortSplit,
 }
 
 /// Prefill of this many tokens or more takes the tiles of 128 tokens.
@@ -218,14 +226,24 @@ const COOP_FEW_TILES: usize = 132;
 /// A k this long or longer may be split in two (`CoopTile::split`), if
 /// each half is a multiple of 32.
 const COOP_SPLIT_MIN_K: usize = 2048;
+/// Short tiles split k until the tiles times the parts reach this many
+/// workgroups of 64 invocations, about 8 a multiprocessor on 132: at 32
+/// tokens an 8b's short tiles ran 128 workgroups walking k = 4096-14336
+/// alone, 35 ms of a 44 ms step.
+const SHORT_SPLIT_WORKGROUPS: usize = 1024;
+/// ... in parts of at least this many values of k (8 steps of 32).
+const SHORT_SPLIT_MIN_PART: usize = 256;
+/// ... and at most this many parts.
+const SHORT_SPLIT_MAX_PARTS: usize = 16;
 
 impl CoopTile {
-    pub const ALL: [CoopTile; 5] = [
+    pub const ALL: [CoopTile; 6] = [
         CoopTile::Wide,
         CoopTile::Slim,
         CoopTile::Short,
         CoopTile::Huge,
         CoopTile::HugeSplit,
+        CoopTile::ShortSplit,
     ];
 
     /// The tile for an (m rows) × (n tokens) output, with fragments of fs;
@@ -245,11 +263,13 @@ impl CoopTile {
     }
 
     /// The tile of `pick` for a matmul along k, with its output as one
-    /// run (no column offset or stride): wide tiles become split huge
-    /// ones where the adapter holds them, k is long, the huge tiles would
-    /// be fewer than the multiprocessors and pad no more tokens than the
-    /// wide ones.
-    pub fn split(self, fs: u32, m: usize, n: usize, k: usize, huge: bool) -> CoopTile {
+    /// run (no column offset or stride), and the parts k is split into:
+    /// wide tiles become split huge ones (2 parts) where the adapter holds
+    /// them, k is long, the huge tiles would be fewer than the
+    /// multiprocessors and pad no more tokens than the wide ones; short
+    /// tiles split k while they are fewer than `SHORT_SPLIT_WORKGROUPS`
+    /// and each part keeps `SHORT_SPLIT_MIN_PART` values or more.
+    pub fn split(self, fs: u32, m: usize, n: usize, k: usize, huge: bool) -> (CoopTile, usize) {
         let tokens = |tile: CoopTile| {
             let (_, tn) = tile.size(fs);
             n.div_ceil(tn) * tn
@@ -258,15 +278,28 @@ impl CoopTile {
         let padded = tokens(CoopTile::Huge) > tokens(CoopTile::Wide);
         let long = k >= COOP_SPLIT_MIN_K && k.is_multiple_of(64);
         if self == CoopTile::Wide && huge && few && !padded && long {
-            CoopTile::HugeSplit
-        } else {
-            self
+            return (CoopTile::HugeSplit, 2);
         }
+        if self == CoopTile::Short {
+            let tiles = self.count(fs, m, n);
+            let mut parts = 1;
+            while parts < SHORT_SPLIT_MAX_PARTS
+                && tiles * parts < SHORT_SPLIT_WORKGROUPS
+                && k.is_multiple_of(2 * parts * 32)
+                && k / (2 * parts) >= SHORT_SPLIT_MIN_PART
+            {
+                parts *= 2;
+            }
+            if parts > 1 {
+                return (CoopTile::ShortSplit, parts);
+            }
+        }
+        (self, 1)
     }
 
-    /// How many parts k is split into.
-    pub fn parts(self) -> usize {
-        if self == CoopTile::HugeSplit { 2 } else { 1 }
+    /// Whether the tile runs k in parts (`SPLIT`).
+    pub fn is_split(self) -> bool {
+        matches!(self, CoopTile::HugeSplit | CoopTile::ShortSplit)
     }
 
     /// How matmuls of one input (`Backend::matmuls`, weights of `rows`)
@@ -318,7 +351,7 @@ impl CoopShape {
             (8, _) => (2, 2, 4, 4),
             (_, CoopTile::Wide) => (2, 4, 2, 2),
             (_, CoopTile::Slim) => (1, 4, 2, 2),
-            (_, CoopTile::Short) => (2, 1, 1, 2),
+            (_, CoopTile::Short | CoopTile::ShortSplit) => (2, 1, 1, 2),
             (_, CoopTile::Huge | CoopTile::HugeSplit) => (4, 4, 2, 4),
         };
         CoopShape { sr, st, fm, fn_ }
@@ -398,16 +431,18 @@ pub fn coop_tile_fits(fs: u32, tile: CoopTile, limits: &wgpu::Limits) -> bool {
 
 /// `out[:, o0 .. o0 + w.rows] = x · wᵀ` on `tile` with fragments of `fs`,
 /// of x's f16 blocks (`half`: `HalfBlocks`' layout; `row_bytes`: w's row
-/// stride); with `sums1` (`HugeSplit`), the second half's sums there.
+/// stride); with `sums1` (a split tile: `CoopTile::split`), k in `parts`
+/// and parts 1.. summed there, `(parts - 1) × n × m`.
 pub fn one(
     (w, half, out): (Tensor, Tensor, Tensor),
     (o0, row_bytes): (usize, usize),
     (tile, fs): (CoopTile, u32),
-    sums1: Option<Tensor>,
+    sums1: Option<(Tensor, usize)>,
 ) -> Dispatch {
     let (m, k, n) = (w.rows, w.cols, out.rows);
     let (tm, tn) = tile.size(fs);
-    let (tiles_m, parts) = (m.div_ceil(tm), tile.parts());
+    let parts = sums1.map_or(1, |(_, parts)| parts);
+    let tiles_m = m.div_ceil(tm);
     let params = Params {
         m: m as u32,
         k: k as u32,
@@ -416,7 +451,8 @@ pub fn one(
         groups_m: tiles_m as u32,
         out_stride: out.cols as u32,
         out_col0: o0 as u32,
-        k_half: (k / parts) as u32,
+        k_part: (k / parts) as u32,
+        parts: parts as u32,
         ..Params::default()
     };
     let kernel = MatMulCoop {
@@ -428,7 +464,7 @@ pub fn one(
     let (a, b, c) = (("wq", w), ("x", half), ("out", out));
     match sums1 {
         None => Dispatch::new(kernel, params, &[a, b, c], groups),
-        Some(s) => Dispatch::new(kernel, params, &[a, b, c, ("sums1", s)], groups),
+        Some((s, _)) => Dispatch::new(kernel, params, &[a, b, c, ("sums1", s)], groups),
     }
 }
 
@@ -564,20 +600,38 @@ mod tests {
     fn coop_tiles_split_only_where_they_fill_the_gpu() {
         let split = |m, n, k, huge| CoopTile::pick(16, m, n, huge).split(16, m, n, k, huge);
         // 8b pp512: Q and O (k 4096), down (k 14336), gate and up.
-        assert_eq!(split(4096, 512, 4096, true), CoopTile::HugeSplit);
-        assert_eq!(split(4096, 512, 14336, true), CoopTile::HugeSplit);
-        assert_eq!(split(14336, 512, 4096, true), CoopTile::Huge);
+        assert_eq!(split(4096, 512, 4096, true), (CoopTile::HugeSplit, 2));
+        assert_eq!(split(4096, 512, 14336, true), (CoopTile::HugeSplit, 2));
+        assert_eq!(split(14336, 512, 4096, true), (CoopTile::Huge, 1));
         // Not without huge tiles, with a short k, with a batch the huge
         // tiles pad more (300 tokens: 512 against 384), nor with enough
         // huge tiles of their own (2048 tokens: 256).
-        assert_eq!(split(4096, 512, 4096, false), CoopTile::Wide);
-        assert_eq!(split(4096, 512, 1024, true), CoopTile::Wide);
-        assert_eq!(split(4096, 300, 4096, true), CoopTile::Wide);
-        assert_eq!(split(4096, 2048, 4096, true), CoopTile::Wide);
-        // Slim and short tiles stay.
-        assert_eq!(split(1024, 512, 4096, true), CoopTile::Slim);
-        assert_eq!(split(4096, 64, 4096, true), CoopTile::Short);
-        assert_eq!(CoopTile::HugeSplit.parts(), 2);
-        assert_eq!(CoopTile::Wide.parts(), 1);
+        assert_eq!(split(4096, 512, 4096, false), (CoopTile::Wide, 1));
+        assert_eq!(split(4096, 512, 1024, true), (CoopTile::Wide, 1));
+        assert_eq!(split(4096, 300, 4096, true), (CoopTile::Wide, 1));
+        assert_eq!(split(4096, 2048, 4096, true), (CoopTile::Wide, 1));
+        // Slim tiles stay.
+        assert_eq!(split(1024, 512, 4096, true), (CoopTile::Slim, 1));
+    }
+
+    /// Short tiles split k into parts of 256 values or more until the
+    /// tiles times the parts reach 1024 workgroups.
+    #[test]
+    fn short_tiles_split_k_until_they_fill_the_gpu() {
+        let split = |m, n, k| CoopTile::pick(16, m, n, true).split(16, m, n, k, true);
+        // 8b at 32 tokens: Q and O (128 tiles), K and V (32), gate and up
+        // (448), down (128, k 14336).
+        assert_eq!(split(4096, 32, 4096), (CoopTile::ShortSplit, 8));
+        assert_eq!(split(1024, 32, 4096), (CoopTile::ShortSplit, 16));
+        assert_eq!(split(14336, 32, 4096), (CoopTile::ShortSplit, 4));
+        assert_eq!(split(4096, 32, 14336), (CoopTile::ShortSplit, 8));
+        // 64 tokens: two tiles along the tokens.
+        assert_eq!(split(4096, 64, 4096), (CoopTile::ShortSplit, 4));
+        // Not a k of 256 values; no parts that would not be whole steps
+        // of 32 (k 2112: 1056 in two, but 528 in four).
+        assert_eq!(split(4096, 32, 256), (CoopTile::Short, 1));
+        assert_eq!(split(4096, 32, 2112), (CoopTile::ShortSplit, 2));
+        // Enough tiles of their own.
+        assert_eq!(split(65536, 32, 4096), (CoopTile::Short, 1));
     }
 }

@@ -36,10 +36,10 @@
 // NVIDIA, AMD, Intel) or FS = 8 (Metal's simdgroup matrices, whose loads
 // take scalar pointers: V = 1).
 //
-// SPLIT (huge tiles of a matmul whose tiles are too few): k in two
-// halves of `k_half` each, the first half's workgroups (`part` 0) writing
-// `out` as above, the second's their sums to `sums1` (n, m), which the host
-// then adds to `out`.
+// SPLIT (huge or short tiles of a matmul whose tiles are too few): k in
+// `parts` parts of `k_part` each, the first part's workgroups (`part` 0)
+// writing `out` as above, part p's their sums to `sums1` at (p - 1, n, m),
+// which the host then adds to `out` in order of p.
 //
 // MULTI (repacked types): up to 3 weights of one input in one dispatch
 // (`Backend::matmuls`: Q, K, V; gate, up), their tiles along m one after
@@ -66,7 +66,7 @@ struct Params {
     groups_m: u32,   // tiles along m (MULTI: of all weights; GLU: of features)
     out_stride: u32, // out's row stride: m, or more for a part of a split weight
     out_col0: u32,   // out's first column
-    k_half: u32,     // SPLIT: k of each half
+    k_part: u32,     // SPLIT: k of each part
     m1: u32,         // MULTI: rows of w1
     m2: u32,         // rows of w2 (0: none)
     tile1: u32,      // w1's first tile
@@ -75,6 +75,7 @@ struct Params {
     first1: u32,     // where w1 (up) starts
     first2: u32,     // where w2 starts
     writes: u32,     // GLU: bit 0 act, bit 1 its f16 blocks, bit 2 gate and up are written
+    parts: u32,      // SPLIT: parts of k
 }
 @group(0) @binding(0) var<uniform> P: Params;
 
@@ -82,7 +83,7 @@ struct Params {
 @group(0) @binding(2) var<storage, read> x: array<vec4<u32>>;   // (k / 32, n, 4) of 8 f16
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (n, m)
 #ifdef SPLIT
-@group(0) @binding(4) var<storage, read_write> sums1: array<f32>; // (n, m)
+@group(0) @binding(4) var<storage, read_write> sums1: array<f32>; // (parts - 1, n, m)
 #endif
 #ifdef MULTI
 #ifdef JOINT
@@ -101,7 +102,8 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> halves: array<u32>; // (m / 32, n, 32) f16 pairs
 #endif
 // The weight this workgroup's rows are of (MULTI's i; else 0), which
-// quant.wgsl's loads read; with SPLIT the half of k (2: past the tiles).
+// quant.wgsl's loads read; with SPLIT the part of k (parts: past the
+// tiles).
 var<private> part: u32;
 // The block where the weight's rows start in wq (JOINT; else 0).
 var<private> first_block: u32;
@@ -225,8 +227,8 @@ fn emit(f: u32, c0: u32, tb: u32, rb: u32, sl: u32, sgs: u32, m: u32) {
         if (t < P.n && r < m) {
 #ifdef SPLIT
             if (part != 0u) {
-                if (part == 1u) {
-                    sums1[t * m + r] = cs[c0 + e];
+                if (part < P.parts) {
+                    sums1[((part - 1u) * P.n + t) * m + r] = cs[c0 + e];
                 }
                 continue;
             }
@@ -317,15 +319,15 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
 ) {
     var g = wg_index(wid, nwg);
-    // The steps along k: all of them, or with SPLIT this part's half.
+    // The steps along k: all of them, or with SPLIT this part's.
     var kb = 0u;
     var k = P.k;
 #ifdef SPLIT
     let tiles = P.groups_m * ((P.n + TN - 1u) / TN);
-    part = min(g / tiles, 2u);
+    part = min(g / tiles, P.parts);
     g = g % tiles;
-    kb = min(part, 1u) * P.k_half;
-    k = select(kb + P.k_half, kb, part > 1u);
+    kb = min(part, P.parts - 1u) * P.k_part;
+    k = select(kb + P.k_part, kb, part >= P.parts);
 #endif
     let gm = g % P.groups_m;
     let t0 = (g / P.groups_m) * TN;

@@ -147,7 +147,12 @@ fn coop_builders_bind_their_kernels() {
         t(3, F32, 512, 4096),
     );
     let sums = t(4, F32, 512, 4096);
-    for (tile, sums) in [(CoopTile::Wide, None), (CoopTile::HugeSplit, Some(sums))] {
+    let split = [
+        (CoopTile::Wide, None),
+        (CoopTile::HugeSplit, Some((sums, 2))),
+        (CoopTile::ShortSplit, Some((sums, 8))),
+    ];
+    for (tile, sums) in split {
         let d = matmul_coop::one((w, half, out), (0, 128), (tile, 16), sums);
         let multi = Multi::One;
         assert_eq!(
@@ -238,6 +243,7 @@ fn fused_builders_bind_their_kernels() {
     let split = Split {
         out: x,
         sums: t(7, F32, 4, 64),
+        parts: 2,
         keep: false,
     };
     assert_eq!(split.call().kernel, Kernel::SplitSums(SplitSums));
