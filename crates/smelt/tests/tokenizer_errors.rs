@@ -77,9 +77,14 @@ fn unknown_model_is_an_error() {
     let h = with(
         bpe_header(),
         "tokenizer.ggml.model",
-        Value::String("bert".into()),
+        Value::String("t5".into()),
     );
-    assert!(matches!(err(&h), TokenizerError::UnknownModel(m) if m == "bert"));
+    let e = err(&h);
+    assert!(
+        matches!(&e, TokenizerError::UnknownModel(m) if m == "t5"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("\"bert\" (WordPiece)"), "{e}");
 }
 
 #[test]

@@ -23,7 +23,8 @@ impl Tokenizer {
             return Cow::Borrowed(t.text.as_bytes());
         }
         if t.attr.any(Attr::NORMAL) {
-            let escaped = self.vocab.kind == VocabType::Spm || self.vocab.escape_whitespaces;
+            let escaped = matches!(self.vocab.kind, VocabType::Spm | VocabType::Wpm)
+                || self.vocab.escape_whitespaces;
             return if escaped {
                 Cow::Owned(t.text.replace('\u{2581}', " ").into_bytes())
             } else {

@@ -3,9 +3,9 @@
 //!
 //! Encoding: special tokens are cut out of the text first (`special.rs`),
 //! then each remaining fragment goes through the model's tokenizer:
-//! SentencePiece-style BPE (`spm.rs`) or byte-level BPE after a regex
+//! SentencePiece-style BPE (`spm.rs`), byte-level BPE after a regex
 //! pre-tokenizer (`bpe.rs`, `pretokenize.rs`, with llama.cpp's code point
-//! classes from `unicode.rs`). Decoding renders each token's bytes
+//! classes from `unicode.rs`), or WordPiece (`wpm.rs`). Decoding renders each token's bytes
 //! (`decode.rs`) and makes text of them only at the very end, or, when
 //! streaming, once a character is complete (`stream.rs`).
 //!
@@ -18,8 +18,10 @@ mod special;
 mod spm;
 mod stream;
 mod unicode;
+mod unicode_nfd;
 mod unicode_table;
 mod vocab;
+mod wpm;
 
 pub use stream::{StreamDecoder, Utf8Stream};
 pub use vocab::VocabType;
@@ -35,7 +37,7 @@ pub enum TokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
     #[error(
-        "tokenizer.ggml.model is {0:?}; supported are \"llama\" (SentencePiece), \"gpt2\" (byte-level BPE) and \"gemma4\" (BPE over UTF-8)"
+        "tokenizer.ggml.model is {0:?}; supported are \"llama\" (SentencePiece), \"gpt2\" (byte-level BPE), \"gemma4\" (BPE over UTF-8) and \"bert\" (WordPiece)"
     )]
     UnknownModel(String),
     #[error(
@@ -115,6 +117,7 @@ impl Tokenizer {
                 }
                 Fragment::Text(s) => match &self.bpe {
                     Some(bpe) => bpe.tokenize(v, s, &mut out),
+                    None if v.kind == VocabType::Wpm => wpm::tokenize(v, s, &mut out),
                     None => {
                         let prefix = if v.add_space_prefix && after_special {
                             " "
@@ -130,6 +133,9 @@ impl Tokenizer {
         }
         if add_special && v.add_eos {
             out.extend(v.special.ids.eos);
+        }
+        if add_special && v.add_sep {
+            out.extend(v.special.ids.sep);
         }
         out
     }

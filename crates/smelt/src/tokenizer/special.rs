@@ -125,6 +125,7 @@ pub(super) struct DefaultIds {
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub unk: Option<u32>,
+    pub sep: Option<u32>,
 }
 
 impl SpecialTokens {
@@ -138,7 +139,8 @@ impl SpecialTokens {
     ) -> Result<Self, TokenizerError> {
         let n = tokens.len();
         let mut ids = SpecialIds::default();
-        (ids.bos, ids.eos, ids.unk) = (defaults.bos, defaults.eos, defaults.unk);
+        (ids.bos, ids.eos, ids.unk, ids.sep) =
+            (defaults.bos, defaults.eos, defaults.unk, defaults.sep);
         // A default out of the vocabulary's range is no token at all; a GGUF
         // value out of range is ignored, keeping the default.
         let read = |slot: &mut Option<u32>, key: &str| -> Result<(), GgufError> {

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use super::TokenizerError;
 use super::pretokenize::{self, PreSpec};
 use super::special::{DefaultIds, SpecialTokens};
+use super::wpm::Normalizer;
 use crate::gguf::{Array, Header};
 
 pub(super) const KEY_MODEL: &str = "tokenizer.ggml.model";
@@ -17,6 +18,8 @@ const KEY_TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
 const KEY_ADD_SPACE_PREFIX: &str = "tokenizer.ggml.add_space_prefix";
 const KEY_ADD_BOS: &str = "tokenizer.ggml.add_bos_token";
 const KEY_ADD_EOS: &str = "tokenizer.ggml.add_eos_token";
+const KEY_LOWERCASE: &str = "tokenizer.ggml.normalizer.lowercase";
+const KEY_STRIP_ACCENTS: &str = "tokenizer.ggml.normalizer.strip_accents";
 
 /// Which tokenizer `tokenizer.ggml.model` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +29,8 @@ pub enum VocabType {
     /// `gpt2`: byte-level BPE over merge ranks, after a regex pre-tokenizer
     /// (also `gemma4`: BPE over raw UTF-8 with spaces as U+2581).
     Bpe,
+    /// `bert`: WordPiece, the longest entries of normalized words.
+    Wpm,
 }
 
 /// llama.cpp's `llama_token_attr` bits.
@@ -102,6 +107,12 @@ pub(super) struct Vocab {
     pub ignore_merges: bool,
     /// Normal tokens spell spaces as U+2581 (SentencePiece-style BPE).
     pub escape_whitespaces: bool,
+    /// WordPiece: how words are normalized, and `[SEP]` after the text
+    /// where BOS (`[CLS]`) goes before it.
+    pub normalizer: Normalizer,
+    pub add_sep: bool,
+    /// The longest token's text, in bytes.
+    pub longest: usize,
 }
 
 impl Vocab {
@@ -116,6 +127,7 @@ impl Vocab {
             "llama" => (VocabType::Spm, pre),
             "gpt2" => (VocabType::Bpe, pre),
             "gemma4" => (VocabType::Bpe, "gemma4"),
+            "bert" => (VocabType::Wpm, pre),
             other => return Err(TokenizerError::UnknownModel(other.to_string())),
         };
         let pre = pre.to_string();
@@ -123,7 +135,7 @@ impl Vocab {
         // Flags by model type; for BPE the pre-tokenizer adjusts them. Only
         // BPE has pre-tokenizers, so SentencePiece ignores the name.
         let spec = match kind {
-            VocabType::Spm => None,
+            VocabType::Spm | VocabType::Wpm => None,
             VocabType::Bpe => Some(
                 pretokenize::spec(&pre)
                     .ok_or_else(|| TokenizerError::UnknownPre { name: pre.clone() })?,
@@ -131,6 +143,7 @@ impl Vocab {
         };
         let (mut add_space_prefix, mut add_bos, clean_spaces, ignore_merges, escape_whitespaces) =
             match &spec {
+                None if kind == VocabType::Wpm => (false, true, true, false, false),
                 None => (true, true, false, false, false),
                 Some(s) => (
                     false,
@@ -157,6 +170,20 @@ impl Vocab {
                 return Err(TokenizerError::MissingSpecial { flag });
             }
         }
+        // BERT's uncased vocabularies lowercase and strip accents; the keys
+        // say otherwise where they are present (llama.cpp's defaults).
+        let lowercase = h.opt_bool(KEY_LOWERCASE)?.unwrap_or(true);
+        let normalizer = Normalizer {
+            lowercase,
+            strip_accents: h.opt_bool(KEY_STRIP_ACCENTS)?.unwrap_or(lowercase),
+        };
+        let add_sep = kind == VocabType::Wpm;
+        if add_sep && special.ids.sep.is_none() {
+            return Err(TokenizerError::MissingSpecial {
+                flag: "a WordPiece vocabulary's [SEP]",
+            });
+        }
+        let longest = tokens.iter().map(|t| t.text.len()).max().unwrap_or(0);
         let byte_tokens = (0..=255u8)
             .map(|b| spm_byte_token(&token_to_id, b))
             .collect();
@@ -173,6 +200,9 @@ impl Vocab {
             clean_spaces,
             ignore_merges,
             escape_whitespaces,
+            normalizer,
+            add_sep,
+            longest,
         };
         vocab.set_attrs_by_name(h);
         Ok((vocab, spec))
@@ -236,16 +266,25 @@ fn default_ids(model: &str, spec: Option<&PreSpec>) -> DefaultIds {
             bos: Some(1),
             eos: Some(2),
             unk: Some(0),
+            sep: None,
+        },
+        ("bert", _) => DefaultIds {
+            bos: Some(101),
+            eos: None,
+            unk: Some(100),
+            sep: Some(102),
         },
         ("gemma4", _) => DefaultIds {
             bos: None,
             eos: None,
             unk: None,
+            sep: None,
         },
         (_, spec) => DefaultIds {
             bos: (!spec.is_some_and(|s| s.no_default_bos)).then_some(11),
             eos: Some(11),
             unk: None,
+            sep: None,
         },
     }
 }
