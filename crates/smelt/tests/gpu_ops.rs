@@ -322,14 +322,17 @@ const DOT_TYPES: [GgmlType; 10] = [
 ];
 
 /// Whether the f32-activation mode rounds a matmul's activations to Q8
-/// blocks first: decode and short batches (up to `MATVEC_TOKENS`) of the
+/// blocks first: decode and short batches (up to `matvec_tokens`) of the
 /// `DOT_TYPES`.
-fn f32_mode_rounds(t: GgmlType, n: usize) -> bool {
-    DOT_TYPES.contains(&t) && n <= MATVEC_TOKENS
+fn f32_mode_rounds(b: &Bench, t: GgmlType, n: usize) -> bool {
+    DOT_TYPES.contains(&t) && n <= matvec_tokens(b)
 }
 
-/// The most tokens the f32 mode's matmuls take as mat-vecs.
-const MATVEC_TOKENS: usize = 16;
+/// The most tokens the f32 mode's matmuls take as mat-vecs: 16, or 12
+/// where the prefill tiles are cooperative matrices.
+fn matvec_tokens(b: &Bench) -> usize {
+    if b.gpu.features().coop != 0 { 12 } else { 16 }
+}
 
 /// On the CPU reference, `src` rounded as the GPU rounds it before such a
 /// mat-vec, written to `dst`: blocks of 32, d = f16(amax / 127), q =
@@ -812,18 +815,19 @@ fn decode_matvec_f32_acts_with_adapter_features() {
         } else {
             &[]
         };
+        // The most tokens the mat-vecs take.
         let shapes = [
             (1usize, 1usize, k),
             (7, 1, k),
             (130, 4, k),
             (5, 2, long),
-            (37, 16, k),
+            (37, matvec_tokens(&b), k),
         ];
         for &(m, n, k) in shapes.iter().chain(short) {
             let w = b.weight(t, m, k);
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let out = b.output(F32, n, m);
-            let rounds = f32_mode_rounds(t, n);
+            let rounds = f32_mode_rounds(&b, t, n);
             b.check(
                 &format!("matvec {t} m={m} k={k} n={n}"),
                 // Only the summation order differs (one row's error is a
@@ -1516,15 +1520,16 @@ fn f32_mode_matmuls_of_one_input() {
     // Prefill for Q4_0, Q8_0 and Q4_1 (repacked or not); decode for every
     // type that takes integer dots (`MatVecMulti`).
     let prefills = [GgmlType::Q4_0, GgmlType::Q8_0, GgmlType::Q4_1];
+    let matvec_max = matvec_tokens(&b);
     for t in DOT_TYPES {
         let k = if t.block_size() == 256 { 2304 } else { 2080 };
         for &(ms, n) in &cases {
-            if n > MATVEC_TOKENS && !prefills.contains(&t) {
+            if n > matvec_max && !prefills.contains(&t) {
                 continue;
             }
             let (x, xr) = (b.f32s(n, k, 1.0), b.output(F32, n, k));
             let outs: Vec<Pair> = ms.iter().map(|&m| b.output(F32, n, m)).collect();
-            let rounds = f32_mode_rounds(t, n);
+            let rounds = f32_mode_rounds(&b, t, n);
             for joined in [false, true] {
                 let ws: Vec<Pair> = if joined {
                     b.joined_weights(t, ms, k)
@@ -1533,9 +1538,9 @@ fn f32_mode_matmuls_of_one_input() {
                 };
                 for (i, &out) in outs.iter().enumerate() {
                     let (ws, outs) = (ws.clone(), outs.clone());
-                    // Past `MATVEC_TOKENS`, the prefill kernels: on
+                    // Past `matvec_tokens`, the prefill kernels: on
                     // cooperative matrices, f16 operands.
-                    let tol = match (n > MATVEC_TOKENS, rounds) {
+                    let tol = match (n > matvec_max, rounds) {
                         (true, _) => 2e-6,
                         (false, true) => 1e-6,
                         (false, false) => 1e-7,

@@ -2,7 +2,7 @@
 //! tokens and the adapter's features), split weights, and the matmuls of
 //! one input (`Backend::matmuls`) as one dispatch.
 //!
-//! - Up to `MATVEC_MAX_TOKENS` tokens: a mat-vec (`matvec`), or in ggml's
+//! - Up to `GpuBackend::matvec_max_tokens` tokens: a mat-vec (`matvec`), or in ggml's
 //!   mode the legacy quants' integer lanes (`matmul_q8`), or in the f32
 //!   mode the quants on Q8 blocks (`matvec_blocks`, a step the residual
 //!   add after it may join).
@@ -21,13 +21,13 @@ use super::kernels::matvec_blocks::{self, DotIn};
 use super::kernels::split_sums::Split;
 use super::kernels::{Dispatch, Family, matmul_q8, matvec};
 use super::tape::Step;
-use super::{GpuBackend, MATVEC_MAX_TOKENS, kernels};
+use super::{GpuBackend, kernels};
 
 /// Whether a matmul of `x` by a `w` weight is a decode (f32 mode) on
 /// Q8-rounded activations with integer dot products (`MatVecDot`,
 /// `MatVecMulti`).
 pub(super) fn dot_decode(be: &GpuBackend, w: GgmlType, x: Tensor) -> bool {
-    be.ctx.features.dots(w) && x.rows <= MATVEC_MAX_TOKENS
+    be.ctx.features.dots(w) && x.rows <= be.matvec_max_tokens()
 }
 
 /// `out = x · wᵀ`, checked: a split weight a part at a time, each part
@@ -133,12 +133,12 @@ pub(super) fn matmuls(
 }
 
 /// Whether `matmuls` can be one `MatVecMulti` dispatch: decode (up to
-/// MATVEC_MAX_TOKENS rows) of 2 or 3 weights of one width, of one type
+/// `matvec_max_tokens` rows) of 2 or 3 weights of one width, of one type
 /// that `matvec_blocks` takes or with a third of another
 /// (`matvec_blocks::multi_types`), none split, outputs of their own.
 fn multi_matvec(be: &GpuBackend, ws: &[Tensor], x: Tensor, outs: &[Tensor]) -> bool {
     let f = be.ctx.features;
-    x.rows <= MATVEC_MAX_TOKENS
+    x.rows <= be.matvec_max_tokens()
         && multi_alike(be, ws, x, outs, |t| f.dots(t), matvec_blocks::multi_types)
 }
 
@@ -154,7 +154,7 @@ fn multi_coop(
 ) -> Option<(usize, CoopTile)> {
     let f = be.ctx.features;
     let fits = !be.ctx.quantize_activations
-        && x.rows > MATVEC_MAX_TOKENS
+        && x.rows > be.matvec_max_tokens()
         && f.coop != 0
         && x.cols.is_multiple_of(32)
         && multi_alike(be, ws, x, outs, |t| f.repacks(t), |_, _| false);
@@ -185,7 +185,7 @@ fn coop_gate_up(
         multi: Multi::Glu(Elementwise::SiluMul),
     };
     let fits = !be.ctx.quantize_activations
-        && x.rows > MATVEC_MAX_TOKENS
+        && x.rows > be.matvec_max_tokens()
         && x.cols.is_multiple_of(32)
         && kernel.builds_with(f)
         && w0.rows == w1.rows
@@ -274,7 +274,7 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
     let row_bytes = be.row_param(w.dtype, k);
     let input = acts::matmul_input(be, w.dtype, x)?;
     be.acts.wrote(out);
-    let decode = n <= MATVEC_MAX_TOKENS;
+    let decode = n <= be.matvec_max_tokens();
     let f = be.ctx.features;
     // The whole matmul writes all of `out` and reads none of it.
     let whole = o0 == 0 && out.cols == m;

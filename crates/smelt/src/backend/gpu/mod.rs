@@ -59,10 +59,13 @@ use tape::Step;
 /// Up to this many tokens a matmul of the f32 mode runs as mat-vecs, the
 /// tokens of a row group next to each other so that its weights come
 /// from memory once and from the cache after; above it, the tiled
-/// kernels, whose tiles would mostly sit idle on fewer tokens (16 tokens
-/// of an 8B Q4_K_M model ran 1.9× faster as mat-vecs than in the
-/// cooperative-matrix tile).
+/// kernels, whose tiles would mostly sit idle on fewer tokens.
 const MATVEC_MAX_TOKENS: usize = 16;
+/// ... but only up to this many where the tiles are cooperative matrices:
+/// a mat-vec decodes its weights once per token, while split short tiles
+/// (`CoopTile::ShortSplit`) cost about the same from 9 to 32 tokens, less
+/// from 13 on (8B Q4_K_M, 16 tokens: 20.5 against 24.5 ms).
+const MATVEC_MAX_TOKENS_COOP: usize = 12;
 
 pub struct GpuBackend {
     ctx: Context,
@@ -83,6 +86,15 @@ pub struct GpuBackend {
 }
 
 impl GpuBackend {
+    /// The most tokens a matmul runs as mat-vecs (`MATVEC_MAX_TOKENS`).
+    fn matvec_max_tokens(&self) -> usize {
+        if self.ctx.features.coop != 0 && !self.ctx.quantize_activations {
+            MATVEC_MAX_TOKENS_COOP
+        } else {
+            MATVEC_MAX_TOKENS
+        }
+    }
+
     /// Opens the adapter `opts` selects (see [`adapters`]).
     pub fn new(opts: &GpuOptions) -> Result<Self> {
         Self::with_context(Context::open(opts)?)
