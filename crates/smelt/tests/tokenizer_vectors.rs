@@ -111,6 +111,19 @@ fn bert_bge() {
     check("bert-bge", VocabType::Wpm, true);
 }
 
+/// With add_special, BERT's text goes between [CLS] and [SEP] (llama.cpp's
+/// ids 101 and 102 of this vocabulary); an unknown word is [UNK] whole.
+#[test]
+fn bert_bge_adds_cls_and_sep() {
+    let tok = load("bert-bge");
+    let plain = tok.encode("Hello world", false, false);
+    let mut want = vec![101];
+    want.extend(&plain);
+    want.push(102);
+    assert_eq!(tok.encode("Hello world", true, false), want);
+    assert_eq!(tok.encode("\u{10000}", false, false), [100]);
+}
+
 #[test]
 fn llama_spm() {
     check("llama-spm", VocabType::Spm, false);

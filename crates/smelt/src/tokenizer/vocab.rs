@@ -177,12 +177,8 @@ impl Vocab {
             lowercase,
             strip_accents: h.opt_bool(KEY_STRIP_ACCENTS)?.unwrap_or(lowercase),
         };
-        let add_sep = kind == VocabType::Wpm;
-        if add_sep && special.ids.sep.is_none() {
-            return Err(TokenizerError::MissingSpecial {
-                flag: "a WordPiece vocabulary's [SEP]",
-            });
-        }
+        // WordPiece ends a text with [SEP] where BOS ([CLS]) starts it.
+        let add_sep = kind == VocabType::Wpm && special.ids.sep.is_some();
         let longest = tokens.iter().map(|t| t.text.len()).max().unwrap_or(0);
         let byte_tokens = (0..=255u8)
             .map(|b| spm_byte_token(&token_to_id, b))
