@@ -306,6 +306,7 @@ macro_rules! vocab_tests {
 }
 
 vocab_tests! {
+    vocab_bert_bge => "bert-bge",
     vocab_command_r => "command-r",
     vocab_deepseek_coder => "deepseek-coder",
     vocab_deepseek_llm => "deepseek-llm",
