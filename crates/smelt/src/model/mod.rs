@@ -534,10 +534,9 @@ impl server::Engine for Session {
 /// How many of `rows`' first rows are each the only row of their sequence
 /// (`AttentionParams::decode_rows`): a server step puts its generating
 /// sequences' rows before any prompt chunk.
+///
+/// No allocation: the one-row decode of every token compares one pair.
 fn leading_decode_rows(rows: &[BatchRow]) -> usize {
-    let mut count = std::collections::HashMap::<usize, usize>::with_capacity(rows.len());
-    for r in rows {
-        *count.entry(r.seq).or_default() += 1;
-    }
-    rows.iter().take_while(|r| count[&r.seq] == 1).count()
+    let alone = |r: &BatchRow| rows.iter().filter(|o| o.seq == r.seq).count() == 1;
+    rows.iter().take_while(|r| alone(r)).count()
 }

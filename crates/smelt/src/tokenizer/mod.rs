@@ -134,7 +134,8 @@ impl Tokenizer {
         if add_special && v.add_eos {
             out.extend(v.special.ids.eos);
         }
-        if add_special && v.add_sep {
+        // WordPiece ends a text with [SEP] where BOS ([CLS]) starts it.
+        if add_special && v.kind == VocabType::Wpm {
             out.extend(v.special.ids.sep);
         }
         out

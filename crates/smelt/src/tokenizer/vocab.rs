@@ -107,10 +107,8 @@ pub(super) struct Vocab {
     pub ignore_merges: bool,
     /// Normal tokens spell spaces as U+2581 (SentencePiece-style BPE).
     pub escape_whitespaces: bool,
-    /// WordPiece: how words are normalized, and `[SEP]` after the text
-    /// where BOS (`[CLS]`) goes before it.
+    /// WordPiece: how words are normalized.
     pub normalizer: Normalizer,
-    pub add_sep: bool,
     /// The longest token's text, in bytes.
     pub longest: usize,
 }
@@ -177,8 +175,6 @@ impl Vocab {
             lowercase,
             strip_accents: h.opt_bool(KEY_STRIP_ACCENTS)?.unwrap_or(lowercase),
         };
-        // WordPiece ends a text with [SEP] where BOS ([CLS]) starts it.
-        let add_sep = kind == VocabType::Wpm && special.ids.sep.is_some();
         let longest = tokens.iter().map(|t| t.text.len()).max().unwrap_or(0);
         let byte_tokens = (0..=255u8)
             .map(|b| spm_byte_token(&token_to_id, b))
@@ -197,7 +193,6 @@ impl Vocab {
             ignore_merges,
             escape_whitespaces,
             normalizer,
-            add_sep,
             longest,
         };
         vocab.set_attrs_by_name(h);

@@ -298,16 +298,17 @@ fn matmul_cols(be: &mut GpuBackend, w: Tensor, x: Tensor, out: Tensor, o0: usize
         MatIn::F32(x) if decode => be.run(mark(matvec::dispatch(w, x, out, o0, row_bytes))),
         MatIn::F32(x) if f.coop != 0 && k.is_multiple_of(32) => {
             let huge = be.ctx.coop_huge;
-            let mut tile = (CoopTile::pick(f.coop, m, n, huge), 1);
+            let tile = CoopTile::pick(f.coop, m, n, huge);
             // Split where the output is one run of whole 16-byte words
             // (`SplitSums`).
             let len = n * m;
-            if whole && len.is_multiple_of(4) {
-                tile = tile.0.split(f.coop, m, n, k, huge);
-            }
+            let (tile, parts) = if whole && len.is_multiple_of(4) {
+                tile.split(f.coop, m, n, k, huge)
+            } else {
+                (tile, 1)
+            };
             let x = acts::half_input(be, x)?;
             let t = (w, x, out);
-            let (tile, parts) = tile;
             if parts == 1 {
                 let d = matmul_coop::one(t, (o0, row_bytes), (tile, f.coop), None);
                 return be.run(mark(d));
