@@ -4,7 +4,9 @@
 //!
 //! Tolerance 1e-5: both backends add the same terms in the same order;
 //! they differ by the last bits of `exp`, `tanh`, `log`, `sqrt` and
-//! division, and by any multiply-add the GPU compiler fuses.
+//! division, by any multiply-add the GPU compiler contracts, and by the
+//! products' terms on lavapipe, which rounds the multiply and the add of
+//! WGSL's `fma` apart where the CPU fuses them (`LONG_SUMS`).
 
 mod common;
 
@@ -23,6 +25,14 @@ fn gpu() -> Option<Device> {
     }
 }
 
+/// The default bound on the normalised error.
+const TOLERANCE: f64 = 1e-5;
+
+/// Cases whose products sum thousands of terms, each rounded twice on
+/// lavapipe and once on the CPU, and their bounds (`lstm_per_step`, 4100
+/// terms: 5.5e-5).
+const LONG_SUMS: &[(&str, f64)] = &[("lstm_per_step", 1e-4)];
+
 #[test]
 fn gpu_matches_cpu_for_every_op() {
     let Some(mut gdev) = gpu() else { return };
@@ -36,13 +46,17 @@ fn gpu_matches_cpu_for_every_op() {
         let dy: Vec<f32> = (0..n_out).map(|_| rng.normal()).collect();
         let (co, cg) = run(&mut cdev, &b, &data, &dy);
         let (go, gg) = run(&mut gdev, &b, &data, &dy);
+        let tol = LONG_SUMS
+            .iter()
+            .find(|(name, _)| *name == c.name)
+            .map_or(TOLERANCE, |&(_, t)| t);
         let e = rel_err(&go, &co);
-        if e > 1e-5 {
+        if e > tol {
             failures.push(format!("{} forward: error {e:e}", c.name));
         }
         for (i, (g, cpu)) in gg.iter().zip(&cg).enumerate() {
             let e = rel_err(g, cpu);
-            if e > 1e-5 {
+            if e > tol {
                 failures.push(format!("{} gradient {i}: error {e:e}", c.name));
             }
         }

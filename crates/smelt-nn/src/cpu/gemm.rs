@@ -1,6 +1,7 @@
 //! Matrix products on the CPU: `C[m, n] = Σ_k A[m, k] · B[k, n]`, each
-//! output summed over `k` in order from zero with a separate multiply and
-//! add (the GPU kernels' order), vectorized across `n`: panels of B packed
+//! output summed over `k` in order from zero with one fused multiply-add
+//! a term (the GPU kernels' `fma`, so that both round alike), vectorized
+//! across `n`: panels of B packed
 //! `NR` columns wide, blocks of A `MR` rows tall, an `MR × NR` register
 //! tile per step of `k`. `gemm` may cut `k` into chunks (`Dims::chunk`):
 //! each chunk summed so, then the chunks' sums added in order. Long `k`
@@ -14,9 +15,10 @@
 use crate::cpu::Cx;
 use smelt::backend::cpu::pool::SharedMut;
 
-const MR: usize = 6;
+/// Rows a register tile.
+pub const MR: usize = 6;
 /// Columns a tile row: the x86 tiles assume 16.
-const NR: usize = 16;
+pub const NR: usize = 16;
 
 /// A strided matrix view.
 #[derive(Clone, Copy)]
@@ -85,7 +87,7 @@ impl PackedB {
     }
 
     /// Panel `jb`, `[k, NR]`.
-    fn panel(&self, jb: usize) -> &[f32] {
+    pub fn panel(&self, jb: usize) -> &[f32] {
         &self.panels[jb * self.k * NR..][..self.k * NR]
     }
 }
@@ -145,10 +147,12 @@ struct Operands<'a> {
 }
 
 /// The work of a product in tasks of one block of `MR` rows × a group of
-/// panels: 4 panels, or all of them when A is tall enough to share out by
-/// rows alone (then A's block is read once). A thread takes `per_take`
-/// consecutive tasks and runs them a slab of `k` at a time, so that B's
-/// slab stays in cache across its blocks.
+/// panels: a thread's share of the panels (at least 4), or all of them
+/// when A is tall enough to share out by rows alone. A task packs its
+/// block of A once, so a block is packed once per thread, not once per
+/// few panels. A thread takes `per_take` consecutive tasks and runs them
+/// a slab of `k` at a time, so that B's slab stays in cache across its
+/// blocks.
 struct Tasks {
     panels: usize,
     group: usize,
@@ -161,7 +165,11 @@ impl Tasks {
         let blocks = m.div_ceil(MR);
         let panels = n.div_ceil(NR);
         let tall = blocks >= 8 * threads;
-        let group = if tall { panels } else { 4 };
+        let group = if tall {
+            panels
+        } else {
+            panels.div_ceil(threads).max(4).min(panels)
+        };
         Tasks {
             panels,
             group,
@@ -283,7 +291,8 @@ fn tile_span(
     acc.expect("a non-empty span")
 }
 
-type Tile = [[f32; NR]; MR];
+/// A register tile's values, `MR × NR`.
+pub type Tile = [[f32; NR]; MR];
 
 /// Where a register tile sits in C (`m × n`, row-major).
 struct TileAt {
@@ -343,7 +352,7 @@ impl TileAt {
 /// transposed A (its columns contiguous) copies `MR` neighbours per `p`: a
 /// slab's cache lines serve the neighbouring blocks too; a row-major A
 /// reads each row in order.
-fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &mut [f32]) {
+pub fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &mut [f32]) {
     let i0 = ib * MR;
     let rows = MR.min(m - i0);
     if a.row == 1 && rows == MR {
@@ -352,14 +361,14 @@ fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &mut 
         }
         return;
     }
-    if a.col == 1 {
-        if rows < MR {
-            dst.fill(0.0);
-        }
-        for r in 0..rows {
-            let row = &a.data[(i0 + r) * a.row + span.start..][..span.len()];
-            for (q, &v) in row.iter().enumerate() {
-                dst[q * MR + r] = v;
+    if a.col == 1 && rows == MR {
+        // The block's rows read side by side, the packed values written in
+        // order.
+        let row = |r: usize| &a.data[(i0 + r) * a.row + span.start..][..span.len()];
+        let block: [&[f32]; MR] = std::array::from_fn(row);
+        for (q, d) in dst.chunks_exact_mut(MR).enumerate() {
+            for (v, row) in d.iter_mut().zip(&block) {
+                *v = row[q];
             }
         }
         return;
@@ -394,17 +403,18 @@ fn pack_b(k: usize, n: usize, b: View, dst: &mut [f32], panels: std::ops::Range<
 }
 
 /// One register tile: `init + Σ_p a[p, r] · b[p, c]`, added in order of `p`
-/// (`a` is `[k, MR]`, `b` `[k, NR]`): the same bits on every path (a
-/// multiply, then an add, per term).
-fn tile(init: Tile, a: &[f32], b: &[f32]) -> Tile {
+/// (`a` is `[k, MR]`, `b` `[k, NR]`): the same bits on every path (one
+/// fused multiply-add per term).
+pub fn tile(init: Tile, a: &[f32], b: &[f32]) -> Tile {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F (checked above).
             return unsafe { x86::tile_avx512(init, a, b) };
         }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked above).
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
             return unsafe { x86::tile_avx2(init, a, b) };
         }
     }
@@ -431,7 +441,7 @@ mod x86 {
             // SAFETY: bp holds NR = 16 values.
             let bv = unsafe { _mm512_loadu_ps(bp.as_ptr()) };
             for (v, &x) in acc.iter_mut().zip(ap) {
-                *v = _mm512_add_ps(*v, _mm512_mul_ps(_mm512_set1_ps(x), bv));
+                *v = _mm512_fmadd_ps(_mm512_set1_ps(x), bv, *v);
             }
         }
         let mut out = [[0.0; NR]; MR];
@@ -442,7 +452,7 @@ mod x86 {
         out
     }
 
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     pub fn tile_avx2(init: Tile, a: &[f32], b: &[f32]) -> Tile {
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for (v, row) in acc.iter_mut().zip(&init) {
@@ -464,8 +474,8 @@ mod x86 {
             };
             for (v, &x) in acc.iter_mut().zip(ap) {
                 let xv = _mm256_set1_ps(x);
-                v[0] = _mm256_add_ps(v[0], _mm256_mul_ps(xv, bv[0]));
-                v[1] = _mm256_add_ps(v[1], _mm256_mul_ps(xv, bv[1]));
+                v[0] = _mm256_fmadd_ps(xv, bv[0], v[0]);
+                v[1] = _mm256_fmadd_ps(xv, bv[1], v[1]);
             }
         }
         let mut out = [[0.0; NR]; MR];
@@ -487,8 +497,7 @@ fn tile_generic(init: Tile, a: &[f32], b: &[f32]) -> Tile {
         for r in 0..MR {
             let av = ap[r];
             for c in 0..NR {
-                // Rust does not contract this into a fused multiply-add.
-                acc[r][c] += av * bp[c];
+                acc[r][c] = av.mul_add(bp[c], acc[r][c]);
             }
         }
     }
@@ -518,8 +527,10 @@ mod tests {
         let bits = |t: &Tile| t.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                // SAFETY: the CPU has AVX2 (checked above).
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+            {
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
                 let got = unsafe { x86::tile_avx2(init, &a, &b) };
                 assert_eq!(bits(&got), bits(&want), "AVX2");
             }

@@ -9,13 +9,19 @@ use crate::cpu::{Cx, par_chunks};
 use crate::ops::Io;
 use crate::ops::map::{Bcast, Binary, Instr, MapOp, Unary, binary, drop_mask, unary};
 
-const CHUNK: usize = 512;
+/// Values of registers a chunk holds, at most: the chunk is as long as
+/// that allows (a short program runs long chunks, paying each chunk's
+/// setup less often), from `MIN_CHUNK` to `MAX_CHUNK` elements.
+const REGISTER_VALUES: usize = 16 * 1024;
+const MIN_CHUNK: usize = 512;
+const MAX_CHUNK: usize = 8192;
 
 pub fn run(m: &MapOp, cx: &mut Cx, io: &mut Io) {
     let ins = &io.ins;
     let seed = cx.run.seed;
     let last = m.code.len() - 1;
-    par_chunks(cx, &mut *io.outs[0], CHUNK, &|start, out| {
+    let chunk = (REGISTER_VALUES / last.max(1)).clamp(MIN_CHUNK, MAX_CHUNK);
+    par_chunks(cx, &mut *io.outs[0], chunk, &|start, out| {
         let len = out.len();
         // Registers computed into `regs`; full input reads borrowed instead.
         let mut regs = vec![0f32; last * len];

@@ -3,6 +3,7 @@
 //! buffers, allocated once per compiled graph.
 
 pub mod gemm;
+pub mod lstm;
 pub mod map;
 pub mod vmath;
 

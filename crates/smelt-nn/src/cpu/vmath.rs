@@ -1,4 +1,4 @@
-//! `σ(x) = 1 / (1 + e^−x)` and `tanh` over slices, eight lanes at a time
+//! `e^x`, `σ(x) = 1 / (1 + e^−x)` and `tanh` over slices, eight lanes at a time
 //! with AVX2/FMA where the CPU has them (checked at run time), else the
 //! same formulas one value at a time.
 //!
@@ -54,6 +54,24 @@ pub fn tanh_one(x: f32) -> f32 {
     (m / (m + 2.0)).copysign(x)
 }
 
+/// `e^x`, `x` clamped to `±EXP_LIMIT` (`e^−87` is 1.6e−38: below it
+/// the result stays there instead of reaching zero).
+#[inline(always)]
+pub fn exp_one(x: f32) -> f32 {
+    let (s, p) = exp_parts(x.clamp(-EXP_LIMIT, EXP_LIMIT));
+    s + s * p
+}
+
+/// `x[i] = e^x[i]` (`exp_one`).
+pub fn exp(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx2::available() {
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        return unsafe { avx2::exp(x) };
+    }
+    x.iter_mut().for_each(|v| *v = exp_one(*v));
+}
+
 /// `x[i] = σ(x[i])`.
 pub fn sigmoid(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
@@ -76,7 +94,7 @@ pub fn tanh(x: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{C, EXP_LIMIT, LN2_HI, LN2_LO, LOG2E, TANH_LIMIT, sigmoid_one, tanh_one};
+    use super::{C, EXP_LIMIT, LN2_HI, LN2_LO, LOG2E, TANH_LIMIT, exp_one, sigmoid_one, tanh_one};
     use std::arch::x86_64::*;
 
     pub fn available() -> bool {
@@ -102,6 +120,26 @@ mod avx2 {
             _mm256_set1_epi32(127),
         ));
         (_mm256_castsi256_ps(bits), p)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub fn exp(x: &mut [f32]) {
+        let mut chunks = x.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds exactly eight f32s.
+            let v = unsafe { _mm256_loadu_ps(c.as_ptr()) };
+            let y = _mm256_min_ps(
+                _mm256_max_ps(v, _mm256_set1_ps(-EXP_LIMIT)),
+                _mm256_set1_ps(EXP_LIMIT),
+            );
+            let (s, p) = exp_parts(y);
+            // SAFETY: as above.
+            unsafe { _mm256_storeu_ps(c.as_mut_ptr(), _mm256_fmadd_ps(s, p, s)) };
+        }
+        chunks
+            .into_remainder()
+            .iter_mut()
+            .for_each(|v| *v = exp_one(*v));
     }
 
     #[target_feature(enable = "avx2,fma")]
@@ -192,6 +230,11 @@ mod tests {
         let mut t = xs.clone();
         tanh(&mut t);
         check("tanh", &t, |x| (x as f64).tanh() as f32, &xs, 4.0);
+        // e^x within range (the clamp holds e^±87 beyond it).
+        let inside: Vec<f32> = xs.iter().copied().filter(|x| x.abs() <= 87.0).collect();
+        let mut e = inside.clone();
+        exp(&mut e);
+        check("exp", &e, |x| (x as f64).exp() as f32, &inside, 4.0);
     }
 
     /// The vector path (where the CPU has it) against the scalar one.
@@ -202,7 +245,15 @@ mod tests {
         sigmoid(&mut s);
         let mut t = xs.clone();
         tanh(&mut t);
+        let mut e = xs.clone();
+        exp(&mut e);
         for (i, &x) in xs.iter().enumerate() {
+            let we = exp_one(x);
+            assert!(
+                (e[i] - we).abs() <= 2.0 * f32::EPSILON * we.abs(),
+                "exp({x}): {} vs {we}",
+                e[i]
+            );
             let (ws, wt) = (sigmoid_one(x), tanh_one(x));
             assert!(
                 (s[i] - ws).abs() <= 2.0 * f32::EPSILON * ws.abs(),

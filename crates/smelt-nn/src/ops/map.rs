@@ -223,6 +223,11 @@ impl MapOp {
         kept_inputs
     }
 
+    /// Whether this map copies its one input, read in full.
+    pub fn is_identity(&self) -> bool {
+        self.code == [Instr::Input(0)] && self.bcast.len() == 1 && self.bcast[0].is_full(self.len())
+    }
+
     /// The map that gives the gradient of this map's output with respect to
     /// input `wrt`, at every output element: its inputs are this map's
     /// inputs followed by the output's gradient (full), of which only those

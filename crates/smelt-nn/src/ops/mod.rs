@@ -265,7 +265,13 @@ fn map_backward(m: &MapOp, g: &mut Graph, b: &Backward) -> Result<Vec<Option<Val
         let (gm, kept) = m.gradient(k);
         let all: Vec<Value> = b.inputs.iter().copied().chain([dy]).collect();
         let ins: Vec<Value> = kept.iter().map(|&j| all[j]).collect();
-        let full = g.map(gm, &ins)?;
+        // A gradient that is the output's own (an added input's) is that
+        // value, not a copy of it.
+        let full = if gm.is_identity() {
+            ins[0]
+        } else {
+            g.map(gm, &ins)?
+        };
         let bc = m.bcast[k];
         let in_shape = g.shape(b.inputs[k]).to_vec();
         grads.push(Some(if bc.is_full(n) {

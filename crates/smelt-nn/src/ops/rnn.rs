@@ -23,7 +23,7 @@
 
 use crate::cpu::Cx;
 use crate::cpu::gemm::{PackedB, View, gemm_packed};
-use crate::cpu::vmath;
+use crate::cpu::lstm;
 use crate::error::{NnError, Result, shape_err};
 use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
 use crate::graph::{Graph, Shape, Value};
@@ -207,107 +207,26 @@ fn back_recurrent(cx: &mut Cx, d: &[f32], w: &PackedB, b: usize, gh: usize, out:
     gemm_packed(cx, b, View::new(d, gh, b, false), w, out);
 }
 
-/// One LSTM step's rows (`pre` `[B, 4H]` in, activated gates out).
-struct LstmStep<'a> {
-    gates: &'a mut [f32],
-    cprev: &'a [f32],
-    c: &'a mut [f32],
-    h: &'a mut [f32],
-}
-
-/// Activates the gates of each row in place (σ, σ, tanh, σ over runs of
-/// `H`), then `c = f·c₋₁ + i·g`, `h = o·tanh(c)`.
-fn lstm_step(st: LstmStep, hd: usize) {
-    let rows = st
-        .gates
-        .chunks_exact_mut(4 * hd)
-        .zip(st.cprev.chunks_exact(hd))
-        .zip(st.c.chunks_exact_mut(hd).zip(st.h.chunks_exact_mut(hd)));
-    for ((g, cprev), (c, h)) in rows {
-        vmath::sigmoid(&mut g[..2 * hd]);
-        vmath::tanh(&mut g[2 * hd..3 * hd]);
-        vmath::sigmoid(&mut g[3 * hd..]);
-        let (i, rest) = g.split_at(hd);
-        let (f, rest) = rest.split_at(hd);
-        let (gg, o) = rest.split_at(hd);
-        for j in 0..hd {
-            c[j] = f[j] * cprev[j] + i[j] * gg[j];
-        }
-        h.copy_from_slice(c);
-        vmath::tanh(h);
-        for j in 0..hd {
-            h[j] *= o[j];
-        }
-    }
-}
-
 pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
     let (t, b, h) = dims("lstm", 4, &io.shapes.ins[0], &io.shapes.ins[1]).expect("checked");
     let (xp, w, h0, c0) = (io.ins[0], io.ins[1], io.ins[2], io.ins[3]);
     let [hs, cs, gates] = &mut io.outs[..] else {
         unreachable!()
     };
-    let w = pack_forward(w, 4 * h, h);
+    let w = lstm::pack_forward(w, h);
     let (bh, bg) = (b * h, b * 4 * h);
     for s in 0..t {
         let (hs_done, hs_now) = hs.split_at_mut(s * bh);
         let (cs_done, cs_now) = cs.split_at_mut(s * bh);
-        let hprev = if s == 0 { h0 } else { &hs_done[(s - 1) * bh..] };
-        let cprev = if s == 0 { c0 } else { &cs_done[(s - 1) * bh..] };
-        let pre = &mut gates[s * bg..][..bg];
-        // pre = xp + h₋₁ · W_hhᵀ
-        recurrent(cx, hprev, &w, b, h, pre);
-        for (p, &x) in pre.iter_mut().zip(&xp[s * bg..][..bg]) {
-            *p += x;
-        }
-        let step = LstmStep {
-            gates: pre,
-            cprev,
+        let step = lstm::Step {
+            hprev: if s == 0 { h0 } else { &hs_done[(s - 1) * bh..] },
+            cprev: if s == 0 { c0 } else { &cs_done[(s - 1) * bh..] },
+            xp: &xp[s * bg..][..bg],
+            gates: &mut gates[s * bg..][..bg],
             c: &mut cs_now[..bh],
             h: &mut hs_now[..bh],
         };
-        lstm_step(step, h);
-    }
-}
-
-/// One backward step's rows: `dh` `[B, H]` (the output's gradient plus the
-/// next step's recurrent one), `dc` `[B, H]` carried in and out.
-struct LstmGradStep<'a> {
-    gates: &'a [f32],
-    c: &'a [f32],
-    cprev: &'a [f32],
-    dh: &'a [f32],
-    dc: &'a mut [f32],
-    dpre: &'a mut [f32],
-    /// `[H]` scratch.
-    tanh_c: &'a mut [f32],
-}
-
-fn lstm_grad_step(st: LstmGradStep, hd: usize) {
-    let rows = st
-        .gates
-        .chunks_exact(4 * hd)
-        .zip(st.dpre.chunks_exact_mut(4 * hd))
-        .zip(st.c.chunks_exact(hd).zip(st.cprev.chunks_exact(hd)))
-        .zip(st.dh.chunks_exact(hd).zip(st.dc.chunks_exact_mut(hd)));
-    for (((g, dp), (c, cprev)), (dh, dc)) in rows {
-        let tc = &mut *st.tanh_c;
-        tc.copy_from_slice(c);
-        vmath::tanh(tc);
-        let (i, rest) = g.split_at(hd);
-        let (f, rest) = rest.split_at(hd);
-        let (gg, o) = rest.split_at(hd);
-        let (di, rest) = dp.split_at_mut(hd);
-        let (df, rest) = rest.split_at_mut(hd);
-        let (dg, d_o) = rest.split_at_mut(hd);
-        for j in 0..hd {
-            let dct = dc[j] + dh[j] * o[j] * (1.0 - tc[j] * tc[j]);
-            dc[j] = dct * f[j];
-            di[j] = dct * gg[j] * (i[j] * (1.0 - i[j]));
-            df[j] = dct * cprev[j] * (f[j] * (1.0 - f[j]));
-            dg[j] = dct * i[j] * (1.0 - gg[j] * gg[j]);
-            d_o[j] = dh[j] * tc[j] * (o[j] * (1.0 - o[j]));
-        }
+        lstm::step(cx, &w, b, h, step);
     }
 }
 
@@ -317,22 +236,14 @@ pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
     let [dxp, dh0, dc0] = &mut io.outs[..] else {
         unreachable!()
     };
-    let w = pack_backward(w, 4 * h, h);
+    let w = lstm::pack_backward(w, h);
     let (bh, bg) = (b * h, b * 4 * h);
-    let mut dh = vec![0f32; bh];
-    let mut tanh_c = vec![0f32; h];
     dc0.fill(0.0);
     for s in (0..t).rev() {
         let (dxp_now, dxp_next) = dxp.split_at_mut((s + 1) * bg);
-        if s + 1 < t {
-            back_recurrent(cx, &dxp_next[..bg], &w, b, 4 * h, &mut dh);
-            for (d, &o) in dh.iter_mut().zip(&dhs[s * bh..][..bh]) {
-                *d += o;
-            }
-        } else {
-            dh.copy_from_slice(&dhs[s * bh..][..bh]);
-        }
-        let step = LstmGradStep {
+        let step = lstm::GradStep {
+            dpre_next: (s + 1 < t).then(|| &dxp_next[..bg]),
+            dhs: &dhs[s * bh..][..bh],
             gates: &gates[s * bg..][..bg],
             c: &cs[s * bh..][..bh],
             cprev: if s == 0 {
@@ -340,12 +251,10 @@ pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
             } else {
                 &cs[(s - 1) * bh..][..bh]
             },
-            dh: &dh,
             dc: dc0,
             dpre: &mut dxp_now[s * bg..],
-            tanh_c: &mut tanh_c,
         };
-        lstm_grad_step(step, h);
+        lstm::grad_step(cx, &w, b, h, step);
     }
     back_recurrent(cx, &dxp[..bg], &w, b, 4 * h, dh0);
 }

@@ -6,6 +6,7 @@
 //! softmax `y · (dy − Σ dy·y)` (the sum in order), cross-entropy
 //! `(exp(x − m) / s − onehot) · dloss`.
 
+use crate::cpu::vmath;
 use crate::cpu::{Cx, par_chunks};
 use crate::error::{Result, shape_err};
 use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
@@ -70,13 +71,18 @@ pub fn backward_ce(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
     ])
 }
 
-/// `(max, Σ exp(x − max))` of a row.
+/// A row's max `m` and `s = Σ exp(x − m)` (added in order), leaving
+/// `exp(x − m)` in `e` (`vmath::exp`).
 #[inline]
-fn row_stats(x: &[f32]) -> (f32, f32) {
+fn row_exps(x: &[f32], e: &mut [f32]) -> (f32, f32) {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for (ev, &v) in e.iter_mut().zip(x) {
+        *ev = v - m;
+    }
+    vmath::exp(e);
     let mut s = 0.0f32;
-    for &v in x {
-        s += (v - m).exp();
+    for &v in e.iter() {
+        s += v;
     }
     (m, s)
 }
@@ -87,9 +93,40 @@ pub fn cpu_softmax(cx: &mut Cx, io: &mut Io) {
     par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
         for (r, y) in out.chunks_mut(cols).enumerate() {
             let xr = &x[start + r * cols..][..cols];
-            let (m, s) = row_stats(xr);
-            for (yv, &v) in y.iter_mut().zip(xr) {
-                *yv = (v - m).exp() / s;
+            let (_, s) = row_exps(xr, y);
+            for yv in y.iter_mut() {
+                *yv /= s;
+            }
+        }
+    });
+}
+
+pub fn cpu_ce(cx: &mut Cx, io: &mut Io) {
+    let (_, cols) = rows_cols(&io.shapes.ins[0]);
+    let (x, labels) = (io.ins[0], io.ins[1]);
+    par_chunks(cx, &mut *io.outs[0], 64, &|start, out| {
+        let mut e = vec![0f32; cols];
+        for (r, l) in out.iter_mut().enumerate() {
+            let row = start + r;
+            let xr = &x[row * cols..][..cols];
+            let (m, s) = row_exps(xr, &mut e);
+            *l = m + s.ln() - xr[labels[row] as usize];
+        }
+    });
+}
+
+pub fn cpu_ce_grad(cx: &mut Cx, io: &mut Io) {
+    let (_, cols) = rows_cols(&io.shapes.ins[1]);
+    let (dl, x, labels) = (io.ins[0], io.ins[1], io.ins[2]);
+    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
+        for (r, dx) in out.chunks_mut(cols).enumerate() {
+            let row = start / cols + r;
+            let xr = &x[row * cols..][..cols];
+            let (_, s) = row_exps(xr, dx);
+            let label = labels[row] as usize;
+            for (c, d) in dx.iter_mut().enumerate() {
+                let onehot = if c == label { 1.0 } else { 0.0 };
+                *d = (*d / s - onehot) * dl[row];
             }
         }
     });
@@ -110,36 +147,6 @@ pub fn cpu_softmax_grad(cx: &mut Cx, io: &mut Io) {
             }
             for ((d, &a), &b) in dx.iter_mut().zip(dyr).zip(yr) {
                 *d = b * (a - dot);
-            }
-        }
-    });
-}
-
-pub fn cpu_ce(cx: &mut Cx, io: &mut Io) {
-    let (_, cols) = rows_cols(&io.shapes.ins[0]);
-    let (x, labels) = (io.ins[0], io.ins[1]);
-    par_chunks(cx, &mut *io.outs[0], 64, &|start, out| {
-        for (r, l) in out.iter_mut().enumerate() {
-            let row = start + r;
-            let xr = &x[row * cols..][..cols];
-            let (m, s) = row_stats(xr);
-            *l = m + s.ln() - xr[labels[row] as usize];
-        }
-    });
-}
-
-pub fn cpu_ce_grad(cx: &mut Cx, io: &mut Io) {
-    let (_, cols) = rows_cols(&io.shapes.ins[1]);
-    let (dl, x, labels) = (io.ins[0], io.ins[1], io.ins[2]);
-    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
-        for (r, dx) in out.chunks_mut(cols).enumerate() {
-            let row = start / cols + r;
-            let xr = &x[row * cols..][..cols];
-            let (m, s) = row_stats(xr);
-            let label = labels[row] as usize;
-            for (c, (d, &v)) in dx.iter_mut().zip(xr).enumerate() {
-                let onehot = if c == label { 1.0 } else { 0.0 };
-                *d = ((v - m).exp() / s - onehot) * dl[row];
             }
         }
     });

@@ -1,5 +1,5 @@
 // 2-D convolution (ops/conv.rs): one invocation per output element, terms
-// summed in the order the op defines. FORWARD: x (N, C, H, W), w (O, C/g,
+// summed in the order the op defines, an fma a term (as the CPU's gemm). FORWARD: x (N, C, H, W), w (O, C/g,
 // KH, KW) -> y (N, O, OH, OW). TRANSPOSED: y (N, O, OH, OW), w -> x̂ (N, C,
 // H, W). WEIGHT: x, dy (N, O, OH, OW) -> per-sample partials (N, O, C/g, KH, KW).
 
@@ -64,7 +64,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 if (v < 0) {
                     continue;
                 }
-                acc += a[xbase + u32(u) * p.w + u32(v)] * b[wbase + ka * p.kw + kb];
+                acc = fma(a[xbase + u32(u) * p.w + u32(v)], b[wbase + ka * p.kw + kb], acc);
             }
         }
     }
@@ -96,7 +96,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             var partial = 0.0;
             for (var ol = 0u; ol < og; ol++) {
                 let o = g * og + ol;
-                partial += a[((n * p.o + o) * p.oh + i) * p.ow + j] * b[((o * cg + cl) * p.kh + ka) * p.kw + kb];
+                partial = fma(a[((n * p.o + o) * p.oh + i) * p.ow + j], b[((o * cg + cl) * p.kh + ka) * p.kw + kb], partial);
             }
             acc += partial;
         }
@@ -126,7 +126,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             if (v < 0) {
                 continue;
             }
-            acc += a[xbase + u32(u) * p.w + u32(v)] * b[ybase + i * p.ow + j];
+            acc = fma(a[xbase + u32(u) * p.w + u32(v)], b[ybase + i * p.ow + j], acc);
         }
     }
     out[idx] = acc;

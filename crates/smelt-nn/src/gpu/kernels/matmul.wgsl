@@ -1,6 +1,6 @@
 // C[m, n] = Σ_k A[m, k] · B[k, n] (ops/matmul.rs), k in chunks of
 // `chunk`: workgroup z sums the chunk [z·chunk, (z+1)·chunk) of each
-// output in order of k from zero and writes it to plane z of `c` (the
+// output in order of k from zero (an fma a term, as the CPU's gemm) and writes it to plane z of `c` (the
 // product itself when there is one chunk, else partials that SPLIT_SUM
 // adds in order of z). A 64×64 tile per workgroup of 256 invocations, 4×4
 // outputs each; steps of 16 along k staged in workgroup memory (a chunk is
@@ -91,7 +91,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid
             }
             for (var r = 0u; r < 4u; r++) {
                 for (var q = 0u; q < 4u; q++) {
-                    acc[r][q] += av[r] * bv[q];
+                    acc[r][q] = fma(av[r], bv[q], acc[r][q]);
                 }
             }
         }

@@ -1,7 +1,7 @@
 // LSTM and GRU steps (ops/rnn.rs). LSTM_SEQ and LSTM_GRAD_SEQ run a whole
 // sequence in one dispatch (below); the others are one dispatch per time
 // step, one invocation per (batch row b, hidden unit j), each recurrent dot
-// product summed over k in order from zero. The forward steps read W_hh transposed
+// product summed over k in order from zero, an fma a term (as the CPU's gemm). The forward steps read W_hh transposed
 // (TRANSPOSE writes it once per run), so that neighbouring invocations
 // (neighbouring j) read neighbouring weights. Gradients run the steps
 // backwards; the dispatch with t = steps makes dh0.
@@ -67,7 +67,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var k = 0u; k < h; k++) {
         let hv = hprev(b, k);
         for (var q = 0u; q < 4u; q++) {
-            dot[q] += hv * wt[k * 4u * h + q * h + j];
+            dot[q] = fma(hv, wt[k * 4u * h + q * h + j], dot[q]);
         }
     }
     let base = (p.t * p.batch + b) * 4u * h + j;
@@ -126,7 +126,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 let w = k * 4u * h + j;
                 let wk = vec4<f32>(wt[w], wt[w + h], wt[w + 2u * h], wt[w + 3u * h]);
                 for (var r = 0u; r < ROWS; r++) {
-                    dot[r] += hw[r * h + k] * wk;
+                    dot[r] = fma(vec4<f32>(hw[r * h + k]), wk, dot[r]);
                 }
             }
             for (var r = 0u; r < ROWS; r++) {
@@ -196,7 +196,7 @@ fn back_dots(j: u32) -> array<f32, {{ROWS}}> {
     for (var m = 0u; m < 4u * h; m++) {
         let wv = w[m * h + j];
         for (var r = 0u; r < ROWS; r++) {
-            acc[r] += dw[r * 4u * h + m] * wv;
+            acc[r] = fma(dw[r * 4u * h + m], wv, acc[r]);
         }
     }
     return acc;
@@ -293,7 +293,7 @@ fn back_dot(s: u32, b: u32, j: u32) -> f32 {
     let h = p.hidden;
     var acc = 0.0;
     for (var m = 0u; m < 4u * h; m++) {
-        acc += dxp[(s * p.batch + b) * 4u * h + m] * w[m * h + j];
+        acc = fma(dxp[(s * p.batch + b) * 4u * h + m], w[m * h + j], acc);
     }
     return acc;
 }
@@ -368,7 +368,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     for (var k = 0u; k < h; k++) {
         let hv = hprev(b, k);
         for (var q = 0u; q < 3u; q++) {
-            dot[q] += hv * wt[k * 3u * h + q * h + j];
+            dot[q] = fma(hv, wt[k * 3u * h + q * h + j], dot[q]);
         }
     }
     let x = (p.t * p.batch + b) * 3u * h + j;
@@ -400,7 +400,7 @@ fn back_dot(s: u32, b: u32, j: u32) -> f32 {
     let h = p.hidden;
     var acc = 0.0;
     for (var m = 0u; m < 3u * h; m++) {
-        acc += drec[(s * p.batch + b) * 3u * h + m] * w[m * h + j];
+        acc = fma(drec[(s * p.batch + b) * 3u * h + m], w[m * h + j], acc);
     }
     return acc;
 }
