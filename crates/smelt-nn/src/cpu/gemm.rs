@@ -1,9 +1,8 @@
 //! Matrix products on the CPU: `C[m, n] = Σ_k A[m, k] · B[k, n]`, each
 //! output summed over `k` in order from zero with one fused multiply-add
 //! a term (the GPU kernels' `fma`, so that both round alike), vectorized
-//! across `n`: panels of B packed
-//! `NR` columns wide, blocks of A `MR` rows tall, an `MR × NR` register
-//! tile per step of `k`. `gemm` may cut `k` into chunks (`Dims::chunk`):
+//! across `n`: panels of B packed `NR` columns wide, blocks of A `MR` rows
+//! tall, an `MR × NR` register tile per step of `k`. `gemm` may cut `k` into chunks (`Dims::chunk`):
 //! each chunk summed so, then the chunks' sums added in order. Long `k`
 //! runs in slabs (a slab's B panels stay in cache while every block of A
 //! passes), each tile continuing from what the slab before left in C: the
