@@ -42,7 +42,13 @@ fn block_product(apack: &[f32], w: &PackedB, n: usize, rows: usize, out: &mut [f
         let t = tile(ZERO, apack, w.panel(jb));
         let (j0, cols) = (jb * NR, NR.min(n - jb * NR));
         for (r, lanes) in t.iter().enumerate().take(rows) {
-            out[r * n + j0..][..cols].copy_from_slice(&lanes[..cols]);
+            let dst = &mut out[r * n + j0..][..cols];
+            if let Ok(whole) = <&mut [f32; NR]>::try_from(&mut *dst) {
+                // A fixed-size copy, kept in registers.
+                *whole = *lanes;
+            } else {
+                dst.copy_from_slice(&lanes[..cols]);
+            }
         }
     }
 }
