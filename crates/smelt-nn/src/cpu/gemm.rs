@@ -164,11 +164,14 @@ impl Tasks {
         let blocks = m.div_ceil(MR);
         let panels = n.div_ceil(NR);
         let tall = blocks >= 8 * threads;
+        // At least one panel a group, so that an empty product divides by
+        // no zero.
         let group = if tall {
             panels
         } else {
             panels.div_ceil(threads).max(4).min(panels)
-        };
+        }
+        .max(1);
         Tasks {
             panels,
             group,
@@ -506,6 +509,29 @@ fn tile_generic(init: Tile, a: &[f32], b: &[f32]) -> Tile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A product with no columns, or no rows, is no work (and no panic).
+    #[test]
+    fn empty_products_are_no_work() {
+        let a = vec![1.0f32; 64 * 3];
+        let mut c: Vec<f32> = Vec::new();
+        gemm_serial(
+            64,
+            0,
+            3,
+            View::new(&a, 3, 64, false),
+            View::new(&[], 0, 3, false),
+            &mut c,
+        );
+        gemm_serial(
+            0,
+            5,
+            3,
+            View::new(&[], 3, 0, false),
+            View::new(&a[..15], 5, 3, false),
+            &mut c,
+        );
+    }
 
     /// The register tiles of every x86 path this CPU has give the portable
     /// tile's bits, from a non-zero start, over a k that is not a multiple
