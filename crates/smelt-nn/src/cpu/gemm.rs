@@ -339,13 +339,19 @@ impl TileAt {
         for (r, row) in t.iter().enumerate().take(self.rows()) {
             let at = (self.ib * MR + r) * self.n + self.jb * NR;
             // SAFETY: the caller's.
-            let dst = unsafe { c.slice(at, cols) };
-            if let Ok(whole) = <&mut [f32; NR]>::try_from(&mut *dst) {
-                *whole = *row;
-            } else {
-                dst.copy_from_slice(&row[..cols]);
-            }
+            store_row(row, unsafe { c.slice(at, cols) });
         }
+    }
+}
+
+/// A tile row's first `dst.len()` (up to `NR`) values into `dst`: a whole
+/// row as a fixed-size copy, kept in registers (a slice copy is a memcpy
+/// call).
+pub fn store_row(row: &[f32; NR], dst: &mut [f32]) {
+    if let Ok(whole) = <&mut [f32; NR]>::try_from(&mut *dst) {
+        *whole = *row;
+    } else {
+        dst.copy_from_slice(&row[..dst.len()]);
     }
 }
 

@@ -14,7 +14,7 @@ use std::ops::Range;
 use smelt::backend::cpu::pool::SharedMut;
 
 use crate::cpu::Cx;
-use crate::cpu::gemm::{MR, NR, PackedB, Tile, View, pack_a, tile};
+use crate::cpu::gemm::{MR, NR, PackedB, Tile, View, pack_a, store_row, tile};
 use crate::cpu::vmath;
 
 /// A step below this many multiply-adds runs on the calling thread: a
@@ -42,25 +42,9 @@ fn block_product(apack: &[f32], w: &PackedB, n: usize, rows: usize, out: &mut [f
         let t = tile(ZERO, apack, w.panel(jb));
         let (j0, cols) = (jb * NR, NR.min(n - jb * NR));
         for (r, lanes) in t.iter().enumerate().take(rows) {
-            let dst = &mut out[r * n + j0..][..cols];
-            if let Ok(whole) = <&mut [f32; NR]>::try_from(&mut *dst) {
-                // A fixed-size copy, kept in registers.
-                *whole = *lanes;
-            } else {
-                dst.copy_from_slice(&lanes[..cols]);
-            }
+            store_row(lanes, &mut out[r * n + j0..][..cols]);
         }
     }
-}
-
-/// `W_hh [4H, H]ᵀ` packed as the B of `h · W_hhᵀ`, once per sequence.
-pub fn pack_forward(w: &[f32], hd: usize) -> PackedB {
-    PackedB::new(hd, 4 * hd, View::new(w, 4 * hd, hd, true))
-}
-
-/// `W_hh [4H, H]` packed as the B of `d · W_hh`, once per sequence.
-pub fn pack_backward(w: &[f32], hd: usize) -> PackedB {
-    PackedB::new(4 * hd, hd, View::new(w, hd, 4 * hd, false))
 }
 
 /// One forward step's operands, `[B, H]` unless noted.
@@ -76,7 +60,7 @@ pub struct Step<'a> {
 }
 
 /// `pre = xp + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`
-/// (`w` from `pack_forward`).
+/// (`w`: `W_hhᵀ` packed, `k` H by `n` 4H).
 pub fn step(cx: &mut Cx, w: &PackedB, b: usize, hd: usize, st: Step) {
     let (gates, c, h) = (
         SharedMut::new(st.gates),
@@ -147,7 +131,7 @@ pub struct GradStep<'a> {
 }
 
 /// `dh = dpre₊₁ · W_hh + dhs`, then each row's cell gradients into `dpre`
-/// and `dc` (`w` from `pack_backward`).
+/// and `dc` (`w`: `W_hh` packed, `k` 4H by `n` H).
 pub fn grad_step(cx: &mut Cx, w: &PackedB, b: usize, hd: usize, st: GradStep) {
     let work = st.dpre_next.map_or(0, |_| b * 4 * hd * hd);
     let (dc, dpre) = (SharedMut::new(st.dc), SharedMut::new(st.dpre));

@@ -213,7 +213,7 @@ pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
     let [hs, cs, gates] = &mut io.outs[..] else {
         unreachable!()
     };
-    let w = lstm::pack_forward(w, h);
+    let w = pack_forward(w, 4 * h, h);
     let (bh, bg) = (b * h, b * 4 * h);
     for s in 0..t {
         let (hs_done, hs_now) = hs.split_at_mut(s * bh);
@@ -236,7 +236,7 @@ pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
     let [dxp, dh0, dc0] = &mut io.outs[..] else {
         unreachable!()
     };
-    let w = lstm::pack_backward(w, h);
+    let w = pack_backward(w, 4 * h, h);
     let (bh, bg) = (b * h, b * 4 * h);
     dc0.fill(0.0);
     for s in (0..t).rev() {
