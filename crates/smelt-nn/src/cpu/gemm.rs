@@ -14,8 +14,9 @@
 use crate::cpu::Cx;
 use smelt::backend::cpu::pool::SharedMut;
 
-/// Rows a register tile.
-pub const MR: usize = 6;
+/// Rows a register tile: 8 independent accumulators keep both of a core's
+/// 512-bit FMA units busy through a 4-cycle latency (6 reach 1.5 a cycle).
+pub const MR: usize = 16;
 /// Columns a tile row: the x86 tiles assume 16.
 pub const NR: usize = 16;
 
@@ -56,8 +57,8 @@ impl<'a> View<'a> {
 /// so that a product repeated with the same B (a recurrent weight at every
 /// time step) packs it only once.
 pub struct PackedB {
-    k: usize,
-    n: usize,
+    pub k: usize,
+    pub n: usize,
     /// `[panels, k, NR]`.
     panels: Vec<f32>,
 }
@@ -205,8 +206,9 @@ fn chunked_packed(cx: &mut Cx, m: usize, chunk: usize, a: View, b: &PackedB, c: 
 }
 
 /// Slabs of `k`: a multiple of the chunk (so that no chunk is split), near
-/// `KC`; one slab's B panels fit in L2.
-const KC: usize = 256;
+/// `KC`; one slab's B panels fit in L2, and a block of A's slab with one
+/// panel's (16 KB each) in L1.
+pub const KC: usize = 256;
 
 fn slab(k: usize, chunk: usize) -> usize {
     let chunk = chunk.max(1);
@@ -226,6 +228,8 @@ fn run_tasks(tasks: &Tasks, r: std::ops::Range<usize>, ops: Operands, out: &Shar
     let step = slab(k, chunk);
     let r = r.start..r.end.min(tasks.count_for(m));
     let mut apack = vec![0f32; step.min(k) * MR];
+    // The running tile and a chunk's own sum, reused by every tile.
+    let (mut acc, mut part) = (Box::new(ZERO), Box::new(ZERO));
     let mut p0 = 0;
     loop {
         let p1 = (p0 + step).min(k);
@@ -236,10 +240,18 @@ fn run_tasks(tasks: &Tasks, r: std::ops::Range<usize>, ops: Operands, out: &Shar
             for jb in gi * tasks.group..((gi + 1) * tasks.group).min(tasks.panels) {
                 let b = ops.b.panel(jb);
                 let cell = TileAt { ib, jb, m, n };
-                // SAFETY: each tile of C is written by exactly one task, and
-                // the tasks' ranges are disjoint.
-                let before = (p0 > 0).then(|| unsafe { cell.load(out) });
-                let acc = tile_span(before, p0..p1, chunk, a, &b[p0 * NR..p1 * NR]);
+                if p0 > 0 {
+                    // SAFETY: each tile of C is written by exactly one task,
+                    // and the tasks' ranges are disjoint.
+                    unsafe { cell.load(&mut acc, out) };
+                }
+                let sums = Sums {
+                    acc: &mut acc,
+                    part: &mut part,
+                    loaded: p0 > 0,
+                    rows: cell.rows(),
+                };
+                tile_span(sums, p0..p1, chunk, a, &b[p0 * NR..p1 * NR]);
                 // SAFETY: as above.
                 unsafe { cell.store(&acc, out) };
             }
@@ -251,22 +263,32 @@ fn run_tasks(tasks: &Tasks, r: std::ops::Range<usize>, ops: Operands, out: &Shar
     }
 }
 
+/// A tile's running sums, and scratch for a chunk's own.
+struct Sums<'a> {
+    acc: &'a mut Tile,
+    part: &'a mut Tile,
+    /// Whether `acc` holds what the slabs before left in C.
+    loaded: bool,
+    /// The tile's live rows.
+    rows: usize,
+}
+
 /// One register tile's sum over `span` of `k` (`a`, `b`: the span's packed
-/// rows), chunk by chunk: a chunk
-/// starts from zero and is added to the tiles before it; a slab that does
-/// not start a chunk (only when the whole of `k` is one chunk) continues
-/// the running sum.
-fn tile_span(
-    mut acc: Option<Tile>,
-    span: std::ops::Range<usize>,
-    chunk: usize,
-    a: &[f32],
-    b: &[f32],
-) -> Tile {
-    let mut p = span.start;
-    if span.is_empty() {
-        return acc.unwrap_or([[0.0; NR]; MR]);
+/// rows), chunk by chunk, into `sums.acc`: a chunk starts from zero and is
+/// added to the tiles before it; a slab that does not start a chunk (only
+/// when the whole of `k` is one chunk) continues the running sum.
+fn tile_span(sums: Sums, span: std::ops::Range<usize>, chunk: usize, a: &[f32], b: &[f32]) {
+    let Sums {
+        acc,
+        part,
+        loaded,
+        rows,
+    } = sums;
+    let mut started = loaded;
+    if span.is_empty() && !started {
+        *acc = ZERO;
     }
+    let mut p = span.start;
     while p < span.end {
         let end = ((p / chunk + 1) * chunk).min(span.end);
         let q = p - span.start;
@@ -274,27 +296,36 @@ fn tile_span(
             &a[q * MR..(end - span.start) * MR],
             &b[q * NR..(end - span.start) * NR],
         );
-        acc = Some(match acc {
-            None => tile([[0.0; NR]; MR], ap, bp),
-            Some(before) if p.is_multiple_of(chunk) => {
-                let mut sum = before;
-                let part = tile([[0.0; NR]; MR], ap, bp);
-                for (row, prow) in sum.iter_mut().zip(&part) {
-                    for (v, pv) in row.iter_mut().zip(prow) {
-                        *v += pv;
-                    }
+        if !started {
+            tile(acc, Start::Zero, rows, ap, bp);
+        } else if p.is_multiple_of(chunk) {
+            tile(part, Start::Zero, rows, ap, bp);
+            for (row, prow) in acc.iter_mut().zip(part.iter()) {
+                for (v, pv) in row.iter_mut().zip(prow) {
+                    *v += pv;
                 }
-                sum
             }
-            Some(running) => tile(running, ap, bp),
-        });
+        } else {
+            tile(acc, Start::Tile, rows, ap, bp);
+        }
+        started = true;
         p = end;
     }
-    acc.expect("a non-empty span")
 }
 
 /// A register tile's values, `MR × NR`.
 pub type Tile = [[f32; NR]; MR];
+
+/// A tile of zeros.
+pub const ZERO: Tile = [[0.0; NR]; MR];
+
+/// Where a tile's sums start.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Start {
+    Zero,
+    /// From the values in the tile.
+    Tile,
+}
 
 /// Where a register tile sits in C (`m × n`, row-major).
 struct TileAt {
@@ -315,8 +346,7 @@ impl TileAt {
 
     /// # Safety
     /// No other thread writes this tile meanwhile.
-    unsafe fn load(&self, c: &SharedMut<f32>) -> Tile {
-        let mut t = [[0.0; NR]; MR];
+    unsafe fn load(&self, t: &mut Tile, c: &SharedMut<f32>) {
         let cols = self.cols();
         for (r, row) in t.iter_mut().enumerate().take(self.rows()) {
             let at = (self.ib * MR + r) * self.n + self.jb * NR;
@@ -329,7 +359,6 @@ impl TileAt {
                 row[..cols].copy_from_slice(src);
             }
         }
-        t
     }
 
     /// # Safety
@@ -410,40 +439,50 @@ fn pack_b(k: usize, n: usize, b: View, dst: &mut [f32], panels: std::ops::Range<
     }
 }
 
-/// One register tile: `init + Σ_p a[p, r] · b[p, c]`, added in order of `p`
-/// (`a` is `[k, MR]`, `b` `[k, NR]`): the same bits on every path (one
-/// fused multiply-add per term).
-pub fn tile(init: Tile, a: &[f32], b: &[f32]) -> Tile {
+/// One register tile: `acc = start + Σ_p a[p, r] · b[p, c]` for its first
+/// `rows` rows at least (rows past a tile's live ones may be summed too, or
+/// left), added in order of `p` (`a` is `[k, MR]`, `b` `[k, NR]`): the same
+/// bits on every path (one fused multiply-add per term). The tile is summed
+/// in place: a tile is 1 KB, too much to pass by value at every call.
+pub fn tile(acc: &mut Tile, start: Start, rows: usize, a: &[f32], b: &[f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx512f") {
             // SAFETY: the CPU has AVX-512F (checked above).
-            return unsafe { x86::tile_avx512(init, a, b) };
+            return unsafe {
+                match rows {
+                    0..=4 => x86::tile_avx512::<4>(acc, start, a, b),
+                    5..=8 => x86::tile_avx512::<8>(acc, start, a, b),
+                    _ => x86::tile_avx512::<MR>(acc, start, a, b),
+                }
+            };
         }
         if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
         {
             // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { x86::tile_avx2(init, a, b) };
+            return unsafe { x86::tile_avx2(acc, start, rows, a, b) };
         }
     }
-    tile_generic(init, a, b)
+    tile_generic(acc, start, rows, a, b)
 }
 
 /// The tile's accumulators in registers: a tile row is one 512-bit
-/// register or two 256-bit ones, so `MR` rows are 6 or 12 independent
-/// sums a step (the compiler's own vectorization kept 4 rows in 256-bit
-/// registers).
+/// register or two 256-bit ones, so a step of `k` is 8 independent sums
+/// (the compiler's own vectorization kept 4 rows in 256-bit registers).
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{MR, NR, Tile};
+    use super::{MR, NR, Start, Tile};
     use std::arch::x86_64::*;
 
+    /// The tile's first `R` rows: `R` accumulators.
     #[target_feature(enable = "avx512f")]
-    pub fn tile_avx512(init: Tile, a: &[f32], b: &[f32]) -> Tile {
-        let mut acc = [_mm512_setzero_ps(); MR];
-        for (v, row) in acc.iter_mut().zip(&init) {
-            // SAFETY: a row holds NR = 16 values.
-            *v = unsafe { _mm512_loadu_ps(row.as_ptr()) };
+    pub fn tile_avx512<const R: usize>(tile: &mut Tile, start: Start, a: &[f32], b: &[f32]) {
+        let mut acc = [_mm512_setzero_ps(); R];
+        if start == Start::Tile {
+            for (v, row) in acc.iter_mut().zip(tile.iter()) {
+                // SAFETY: a row holds NR = 16 values.
+                *v = unsafe { _mm512_loadu_ps(row.as_ptr()) };
+            }
         }
         for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
             // SAFETY: bp holds NR = 16 values.
@@ -452,64 +491,71 @@ mod x86 {
                 *v = _mm512_fmadd_ps(_mm512_set1_ps(x), bv, *v);
             }
         }
-        let mut out = [[0.0; NR]; MR];
-        for (row, v) in out.iter_mut().zip(acc) {
+        for (row, v) in tile.iter_mut().zip(acc) {
             // SAFETY: a row holds NR = 16 values.
             unsafe { _mm512_storeu_ps(row.as_mut_ptr(), v) };
         }
-        out
     }
 
+    /// Rows a pass: 16 registers hold 4 rows of two 256-bit halves and B's
+    /// row; the rows' sums do not depend on each other, so passes over `k`
+    /// a group of rows at a time give the same bits as one.
+    const HALF: usize = 4;
+
     #[target_feature(enable = "avx2,fma")]
-    pub fn tile_avx2(init: Tile, a: &[f32], b: &[f32]) -> Tile {
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        for (v, row) in acc.iter_mut().zip(&init) {
-            // SAFETY: a row holds NR = 16 values, two halves of 8.
-            *v = unsafe {
-                [
-                    _mm256_loadu_ps(row.as_ptr()),
-                    _mm256_loadu_ps(row[8..].as_ptr()),
-                ]
-            };
-        }
-        for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-            // SAFETY: bp holds NR = 16 values, two halves of 8.
-            let bv = unsafe {
-                [
-                    _mm256_loadu_ps(bp.as_ptr()),
-                    _mm256_loadu_ps(bp[8..].as_ptr()),
-                ]
-            };
-            for (v, &x) in acc.iter_mut().zip(ap) {
-                let xv = _mm256_set1_ps(x);
-                v[0] = _mm256_fmadd_ps(xv, bv[0], v[0]);
-                v[1] = _mm256_fmadd_ps(xv, bv[1], v[1]);
+    pub fn tile_avx2(tile: &mut Tile, start: Start, rows: usize, a: &[f32], b: &[f32]) {
+        for half in 0..rows.clamp(1, MR).div_ceil(HALF) {
+            let rows = &mut tile[half * HALF..][..HALF];
+            let mut acc = [[_mm256_setzero_ps(); 2]; HALF];
+            if start == Start::Tile {
+                for (v, row) in acc.iter_mut().zip(rows.iter()) {
+                    // SAFETY: a row holds NR = 16 values, two halves of 8.
+                    *v = unsafe {
+                        [
+                            _mm256_loadu_ps(row.as_ptr()),
+                            _mm256_loadu_ps(row[8..].as_ptr()),
+                        ]
+                    };
+                }
+            }
+            for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+                // SAFETY: bp holds NR = 16 values, two halves of 8.
+                let bv = unsafe {
+                    [
+                        _mm256_loadu_ps(bp.as_ptr()),
+                        _mm256_loadu_ps(bp[8..].as_ptr()),
+                    ]
+                };
+                for (v, &x) in acc.iter_mut().zip(&ap[half * HALF..][..HALF]) {
+                    let xv = _mm256_set1_ps(x);
+                    v[0] = _mm256_fmadd_ps(xv, bv[0], v[0]);
+                    v[1] = _mm256_fmadd_ps(xv, bv[1], v[1]);
+                }
+            }
+            for (row, v) in rows.iter_mut().zip(acc) {
+                // SAFETY: a row holds NR = 16 values, two halves of 8.
+                unsafe {
+                    _mm256_storeu_ps(row.as_mut_ptr(), v[0]);
+                    _mm256_storeu_ps(row[8..].as_mut_ptr(), v[1]);
+                }
             }
         }
-        let mut out = [[0.0; NR]; MR];
-        for (row, v) in out.iter_mut().zip(acc) {
-            // SAFETY: a row holds NR = 16 values, two halves of 8.
-            unsafe {
-                _mm256_storeu_ps(row.as_mut_ptr(), v[0]);
-                _mm256_storeu_ps(row[8..].as_mut_ptr(), v[1]);
-            }
-        }
-        out
     }
 }
 
 #[inline(always)]
-fn tile_generic(init: Tile, a: &[f32], b: &[f32]) -> Tile {
-    let mut acc = init;
+fn tile_generic(acc: &mut Tile, start: Start, rows: usize, a: &[f32], b: &[f32]) {
+    if start == Start::Zero {
+        *acc = ZERO;
+    }
     for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
-        for r in 0..MR {
+        for r in 0..rows.min(MR) {
             let av = ap[r];
             for c in 0..NR {
                 acc[r][c] = av.mul_add(bp[c], acc[r][c]);
             }
         }
     }
-    acc
 }
 
 #[cfg(test)]
@@ -554,23 +600,34 @@ mod tests {
                 *v = val(r * NR + c + 11);
             }
         }
-        let want = tile_generic(init, &a, &b);
         let bits = |t: &Tile| t.iter().flatten().map(|v| v.to_bits()).collect::<Vec<_>>();
-        #[cfg(target_arch = "x86_64")]
+        for (start, rows) in [Start::Zero, Start::Tile]
+            .into_iter()
+            .flat_map(|s| [1, 4, 5, 8, 9, MR].map(|r| (s, r)))
         {
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
+            // The live rows' bits.
+            let run = |f: &dyn Fn(&mut Tile)| {
+                let mut t = init;
+                f(&mut t);
+                bits(&t)[..rows * NR].to_vec()
+            };
+            let want = run(&|t| tile_generic(t, start, rows, &a, &b));
+            #[cfg(target_arch = "x86_64")]
             {
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
-                let got = unsafe { x86::tile_avx2(init, &a, &b) };
-                assert_eq!(bits(&got), bits(&want), "AVX2");
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
+                    // SAFETY: the CPU has AVX2 and FMA (checked above).
+                    let got = run(&|t| unsafe { x86::tile_avx2(t, start, rows, &a, &b) });
+                    assert_eq!(got, want, "AVX2 from {start:?}, {rows} rows");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    // SAFETY: the CPU has AVX-512F (checked above).
+                    let got = run(&|t| unsafe { x86::tile_avx512::<MR>(t, start, &a, &b) });
+                    assert_eq!(got, want, "AVX-512 from {start:?}, {rows} rows");
+                }
             }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU has AVX-512F (checked above).
-                let got = unsafe { x86::tile_avx512(init, &a, &b) };
-                assert_eq!(bits(&got), bits(&want), "AVX-512");
-            }
+            assert_eq!(run(&|t| tile(t, start, rows, &a, &b)), want, "{rows} rows");
         }
-        assert_eq!(bits(&tile(init, &a, &b)), bits(&want));
     }
 }

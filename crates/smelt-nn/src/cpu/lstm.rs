@@ -1,95 +1,151 @@
-//! The LSTM's steps on the CPU, each step one pass of the pool whose tasks
-//! are blocks of `MR` batch rows: a task packs its rows of the state once,
-//! sums their products with every panel of `W_hh` (`gemm`'s register
-//! tiles, over `k` in order from zero), and runs those rows' cells, so the
-//! activations run on every thread while the rows are in cache. Each value
-//! is what the matmul and then the cell gave: the same sum, then `+ xp`
-//! (forward) or `+ dh` (backward), then the same formulas.
+//! The LSTM's sequences on the CPU as one pass of the pool whose tasks are
+//! blocks of `MR` batch rows: batch rows are independent, so a task runs
+//! every step of its rows, forward or backward, with no wait between
+//! steps. A step packs the block's rows of the state, sums their products
+//! with every panel of `W_hh` (`gemm`'s register tiles, over `k` in order
+//! from zero), and runs those rows' cells while they are in cache. Each
+//! value is what the matmul and then the cell gave: the same sum, then
+//! `+ xp` (forward) or `+ dh` (backward), then the same formulas.
 //!
-//! Shapes (`ops::rnn`): `B` batch rows, `H` hidden units, gates `i, f, g,
-//! o` in runs of `H` along a row of `4H`.
+//! Shapes (`ops::rnn`): `T` steps, `B` batch rows, `H` hidden units, gates
+//! `i, f, g, o` in runs of `H` along a row of `4H`.
 
 use std::ops::Range;
 
 use smelt::backend::cpu::pool::SharedMut;
 
 use crate::cpu::Cx;
-use crate::cpu::gemm::{MR, NR, PackedB, Tile, View, pack_a, store_row, tile};
+use crate::cpu::gemm::{KC, MR, NR, PackedB, Start, Tile, View, ZERO, pack_a, store_row, tile};
 use crate::cpu::vmath;
 
-/// A step below this many multiply-adds runs on the calling thread: a
+/// A sequence below this many multiply-adds runs on the calling thread: a
 /// pass of the pool costs about as much as 32K of them.
 const SERIAL_WORK: usize = 32 * 1024;
 
-const ZERO: Tile = [[0.0; NR]; MR];
+/// A sequence's sizes.
+#[derive(Clone, Copy, Debug)]
+pub struct Dims {
+    /// Steps.
+    pub t: usize,
+    /// Batch rows.
+    pub b: usize,
+    /// Hidden units.
+    pub h: usize,
+}
 
-/// Runs `f(row block, its rows)` for every block of `MR` of the `b` rows,
-/// on the pool's threads unless the step does fewer than `SERIAL_WORK`
+/// Runs `f(its rows)` for every block of `MR` of the `b` rows, on the
+/// pool's threads unless the sequence does fewer than `SERIAL_WORK`
 /// multiply-adds.
-fn for_blocks(cx: &mut Cx, b: usize, work: usize, f: &(dyn Fn(usize, Range<usize>) + Sync)) {
+fn for_blocks(cx: &mut Cx, b: usize, work: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
     let blocks = b.div_ceil(MR);
     let per_take = if work < SERIAL_WORK { blocks.max(1) } else { 1 };
     cx.pool.for_each(blocks, per_take, &|_, r| {
         for ib in r {
-            f(ib, ib * MR..b.min(ib * MR + MR));
+            f(ib * MR..b.min(ib * MR + MR));
         }
     });
 }
 
-/// `out[rows, n] = A's packed block · B`, each tile summed from zero.
-fn block_product(apack: &[f32], w: &PackedB, n: usize, rows: usize, out: &mut [f32]) {
-    for jb in 0..n.div_ceil(NR) {
-        let t = tile(ZERO, apack, w.panel(jb));
+/// `out[rows, n] = A's packed block · B`, each tile summed from zero. A
+/// `k` past `KC` runs in slabs (a tile continues from the slab before: the
+/// same sum), so that A's slab and a panel's stay in L1 (`acc`: a tile a
+/// panel, scratch).
+fn block_product(apack: &[f32], w: &PackedB, rows: usize, acc: &mut [Tile], out: &mut [f32]) {
+    let (n, k) = (w.n, apack.len() / MR);
+    let panels = n.div_ceil(NR);
+    let store = |jb: usize, t: &Tile, out: &mut [f32]| {
         let (j0, cols) = (jb * NR, NR.min(n - jb * NR));
         for (r, lanes) in t.iter().enumerate().take(rows) {
             store_row(lanes, &mut out[r * n + j0..][..cols]);
         }
+    };
+    if k <= KC {
+        // One slab: each tile stored while in cache.
+        for jb in 0..panels {
+            tile(&mut acc[0], Start::Zero, rows, apack, w.panel(jb));
+            store(jb, &acc[0], out);
+        }
+        return;
+    }
+    for p0 in (0..k).step_by(KC) {
+        let p1 = (p0 + KC).min(k);
+        let start = if p0 == 0 { Start::Zero } else { Start::Tile };
+        for (jb, t) in acc[..panels].iter_mut().enumerate() {
+            let b = &w.panel(jb)[p0 * NR..p1 * NR];
+            tile(t, start, rows, &apack[p0 * MR..p1 * MR], b);
+        }
+    }
+    for (jb, t) in acc[..panels].iter().enumerate() {
+        store(jb, t, out);
     }
 }
 
-/// One forward step's operands, `[B, H]` unless noted.
-pub struct Step<'a> {
-    pub hprev: &'a [f32],
-    pub cprev: &'a [f32],
-    /// `[B, 4H]`: the input projection.
-    pub xp: &'a [f32],
-    /// `[B, 4H]` out: the activated gates.
-    pub gates: &'a mut [f32],
-    pub c: &'a mut [f32],
-    pub h: &'a mut [f32],
+/// Packs a block's `rows × k` values (row-major) as `gemm`'s A block.
+fn pack_rows(x: &[f32], rows: usize, k: usize, apack: &mut [f32]) {
+    pack_a(View::new(x, k, rows, false), rows, 0, 0..k, apack);
 }
 
-/// `pre = xp + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`
-/// (`w`: `W_hhᵀ` packed, `k` H by `n` 4H).
-pub fn step(cx: &mut Cx, w: &PackedB, b: usize, hd: usize, st: Step) {
-    let (gates, c, h) = (
-        SharedMut::new(st.gates),
-        SharedMut::new(st.c),
-        SharedMut::new(st.h),
+/// A forward sequence's operands, `[T, B, H]` unless noted.
+pub struct Sequence<'a> {
+    /// `[B, H]`: the state carried in.
+    pub h0: &'a [f32],
+    pub c0: &'a [f32],
+    /// `[T, B, 4H]`: the input projection.
+    pub xp: &'a [f32],
+    /// `[T, B, 4H]` out: the activated gates.
+    pub gates: &'a mut [f32],
+    pub cs: &'a mut [f32],
+    pub hs: &'a mut [f32],
+}
+
+/// Every step of `pre = xp + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`,
+/// `h = σ(o)·tanh(c)` (`w`: `W_hhᵀ` packed, `k` H by `n` 4H).
+pub fn forward(cx: &mut Cx, w: &PackedB, d: Dims, seq: Sequence) {
+    let Dims { t, b, h: hd } = d;
+    let (gates, cs, hs) = (
+        SharedMut::new(seq.gates),
+        SharedMut::new(seq.cs),
+        SharedMut::new(seq.hs),
     );
-    let (hprev, cprev, xp) = (st.hprev, st.cprev, st.xp);
-    for_blocks(cx, b, b * 4 * hd * hd, &|ib, rows| {
-        let mut apack = vec![0f32; hd * MR];
-        pack_a(View::new(hprev, hd, b, false), b, ib, 0..hd, &mut apack);
+    let (h0, c0, xp) = (seq.h0, seq.c0, seq.xp);
+    for_blocks(cx, b, t * b * 4 * hd * hd, &|rows| {
         let (first, n) = (rows.start, rows.len());
-        // SAFETY: this task alone writes rows `rows` of the gates, c and h.
-        let (pre, c, h) = unsafe {
-            (
-                gates.slice(first * 4 * hd, n * 4 * hd),
-                c.slice(first * hd, n * hd),
-                h.slice(first * hd, n * hd),
-            )
-        };
-        block_product(&apack, w, 4 * hd, n, pre);
-        for (p, &x) in pre.iter_mut().zip(&xp[first * 4 * hd..]) {
-            *p += x;
-        }
-        let cells = pre
-            .chunks_exact_mut(4 * hd)
-            .zip(cprev[first * hd..].chunks_exact(hd))
-            .zip(c.chunks_exact_mut(hd).zip(h.chunks_exact_mut(hd)));
-        for ((g, cprev), (c, h)) in cells {
-            cell(g, cprev, c, h, hd);
+        let mut apack = vec![0f32; hd * MR];
+        let mut acc = vec![ZERO; w.n.div_ceil(NR)];
+        for s in 0..t {
+            let (now, gate_rows) = ((s * b + first) * hd, (s * b + first) * 4 * hd);
+            // SAFETY: this task alone reads and writes rows `rows` of every
+            // step of the gates, cs and hs.
+            let (pre, c, h) = unsafe {
+                (
+                    gates.slice(gate_rows, n * 4 * hd),
+                    cs.slice(now, n * hd),
+                    hs.slice(now, n * hd),
+                )
+            };
+            // SAFETY: as above; step `s − 1`'s rows are the task's own.
+            let (hprev, cprev): (&[f32], &[f32]) = if s == 0 {
+                (&h0[first * hd..][..n * hd], &c0[first * hd..][..n * hd])
+            } else {
+                unsafe {
+                    (
+                        hs.slice(now - b * hd, n * hd),
+                        cs.slice(now - b * hd, n * hd),
+                    )
+                }
+            };
+            pack_rows(hprev, n, hd, &mut apack);
+            block_product(&apack, w, n, &mut acc, pre);
+            for (p, &x) in pre.iter_mut().zip(&xp[gate_rows..]) {
+                *p += x;
+            }
+            let cells = pre
+                .chunks_exact_mut(4 * hd)
+                .zip(cprev.chunks_exact(hd))
+                .zip(c.chunks_exact_mut(hd).zip(h.chunks_exact_mut(hd)));
+            for ((g, cprev), (c, h)) in cells {
+                cell(g, cprev, c, h, hd);
+            }
         }
     });
 }
@@ -103,86 +159,100 @@ fn cell(g: &mut [f32], cprev: &[f32], c: &mut [f32], h: &mut [f32], hd: usize) {
     let (i, rest) = g.split_at(hd);
     let (f, rest) = rest.split_at(hd);
     let (gg, o) = rest.split_at(hd);
-    for j in 0..hd {
-        c[j] = f[j] * cprev[j] + i[j] * gg[j];
+    for ((c, &cp), ((&i, &f), &gg)) in c.iter_mut().zip(cprev).zip(i.iter().zip(f).zip(gg)) {
+        *c = f * cp + i * gg;
     }
     h.copy_from_slice(c);
     vmath::tanh(h);
-    for j in 0..hd {
-        h[j] *= o[j];
+    for (h, &o) in h.iter_mut().zip(o) {
+        *h *= o;
     }
 }
 
-/// One backward step's operands, `[B, H]` unless noted.
-pub struct GradStep<'a> {
-    /// `[B, 4H]`: the next step's pre-activation gradients, `None` at the
-    /// last step.
-    pub dpre_next: Option<&'a [f32]>,
-    /// The output's gradient at this step.
+/// A backward sequence's operands, `[T, B, H]` unless noted.
+pub struct GradSequence<'a> {
+    /// The outputs' gradients.
     pub dhs: &'a [f32],
-    /// `[B, 4H]`: the activated gates.
+    /// `[T, B, 4H]`: the activated gates.
     pub gates: &'a [f32],
-    pub c: &'a [f32],
-    pub cprev: &'a [f32],
-    /// The cell's gradient, carried in and out.
-    pub dc: &'a mut [f32],
-    /// `[B, 4H]` out.
-    pub dpre: &'a mut [f32],
+    pub cs: &'a [f32],
+    /// `[B, H]`: the cell state carried in.
+    pub c0: &'a [f32],
+    /// `[T, B, 4H]` out: the pre-activation gradients.
+    pub dxp: &'a mut [f32],
+    /// `[B, H]` out: the carried-in state's gradients.
+    pub dh0: &'a mut [f32],
+    pub dc0: &'a mut [f32],
 }
 
-/// `dh = dpre₊₁ · W_hh + dhs`, then each row's cell gradients into `dpre`
-/// and `dc` (`w`: `W_hh` packed, `k` 4H by `n` H).
-pub fn grad_step(cx: &mut Cx, w: &PackedB, b: usize, hd: usize, st: GradStep) {
-    let work = st.dpre_next.map_or(0, |_| b * 4 * hd * hd);
-    let (dc, dpre) = (SharedMut::new(st.dc), SharedMut::new(st.dpre));
-    let (dhs, gates, cs, cprev) = (st.dhs, st.gates, st.c, st.cprev);
-    for_blocks(cx, b, work, &|ib, rows| {
+/// Every step backwards: `dh = dpre₊₁ · W_hh + dhs` (no product at the
+/// last step), then each row's cell gradients into `dxp` and the carried
+/// `dc`; finally `dh0 = dpre₀ · W_hh` and `dc0` (`w`: `W_hh` packed, `k` 4H
+/// by `n` H).
+pub fn backward(cx: &mut Cx, w: &PackedB, d: Dims, seq: GradSequence) {
+    let Dims { t, b, h: hd } = d;
+    let (dxp, dh0, dc0) = (
+        SharedMut::new(seq.dxp),
+        SharedMut::new(seq.dh0),
+        SharedMut::new(seq.dc0),
+    );
+    let (dhs, gates, cs, c0) = (seq.dhs, seq.gates, seq.cs, seq.c0);
+    for_blocks(cx, b, t * b * 4 * hd * hd, &|rows| {
         let (first, n) = (rows.start, rows.len());
+        // SAFETY: this task alone reads and writes rows `rows` of dh0, dc0
+        // and every step of dxp.
+        let (dh0, dc) = unsafe { (dh0.slice(first * hd, n * hd), dc0.slice(first * hd, n * hd)) };
+        dc.fill(0.0);
+        let mut apack = vec![0f32; 4 * hd * MR];
+        let mut acc = vec![ZERO; w.n.div_ceil(NR)];
         let mut dh = vec![0f32; n * hd];
-        if let Some(next) = st.dpre_next {
-            let mut apack = vec![0f32; 4 * hd * MR];
-            pack_a(
-                View::new(next, 4 * hd, b, false),
-                b,
-                ib,
-                0..4 * hd,
-                &mut apack,
-            );
-            block_product(&apack, w, hd, n, &mut dh);
-        }
-        for (d, &o) in dh.iter_mut().zip(&dhs[first * hd..]) {
-            *d += o;
-        }
-        // SAFETY: this task alone writes rows `rows` of dc and dpre.
-        let (dc, dpre) = unsafe {
-            (
-                dc.slice(first * hd, n * hd),
-                dpre.slice(first * 4 * hd, n * 4 * hd),
-            )
-        };
         let mut tanh_c = vec![0f32; hd];
-        let rows = rows_of(gates, first, n, 4 * hd)
-            .zip(dpre.chunks_exact_mut(4 * hd))
-            .zip(rows_of(cs, first, n, hd).zip(rows_of(cprev, first, n, hd)))
-            .zip(dh.chunks_exact(hd).zip(dc.chunks_exact_mut(hd)));
-        for (((g, dp), (c, cprev)), (dh, dc)) in rows {
-            let row = CellGrad {
-                gates: g,
-                c,
-                cprev,
-                dh,
-                dc,
-                dpre: dp,
-                tanh_c: &mut tanh_c,
+        for s in (0..t).rev() {
+            let (now, gate_rows) = ((s * b + first) * hd, (s * b + first) * 4 * hd);
+            if s + 1 < t {
+                // SAFETY: as above; step `s + 1`'s rows are the task's own.
+                let next = unsafe { dxp.slice(gate_rows + b * 4 * hd, n * 4 * hd) };
+                pack_rows(next, n, 4 * hd, &mut apack);
+                block_product(&apack, w, n, &mut acc, &mut dh);
+            } else {
+                dh.fill(0.0);
+            }
+            for (d, &o) in dh.iter_mut().zip(&dhs[now..]) {
+                *d += o;
+            }
+            // SAFETY: as above.
+            let dpre = unsafe { dxp.slice(gate_rows, n * 4 * hd) };
+            let cprev = if s == 0 {
+                &c0[first * hd..]
+            } else {
+                &cs[now - b * hd..]
             };
-            cell_grad(row, hd);
+            let rows = gates[gate_rows..]
+                .chunks_exact(4 * hd)
+                .zip(dpre.chunks_exact_mut(4 * hd))
+                .zip(cs[now..].chunks_exact(hd).zip(cprev.chunks_exact(hd)))
+                .zip(dh.chunks_exact(hd).zip(dc.chunks_exact_mut(hd)));
+            for (((g, dp), (c, cprev)), (dh, dc)) in rows {
+                let row = CellGrad {
+                    gates: g,
+                    c,
+                    cprev,
+                    dh,
+                    dc,
+                    dpre: dp,
+                    tanh_c: &mut tanh_c,
+                };
+                cell_grad(row, hd);
+            }
         }
+        if t == 0 {
+            return dh0.fill(0.0);
+        }
+        // SAFETY: as above.
+        let first_step = unsafe { dxp.slice(first * 4 * hd, n * 4 * hd) };
+        pack_rows(first_step, n, 4 * hd, &mut apack);
+        block_product(&apack, w, n, &mut acc, dh0);
     });
-}
-
-/// Rows `first..first + n` of `[_, width]` values, one at a time.
-fn rows_of(x: &[f32], first: usize, n: usize, width: usize) -> std::slice::ChunksExact<'_, f32> {
-    x[first * width..][..n * width].chunks_exact(width)
 }
 
 /// One row of a backward step: `dh` (the output's gradient plus the next
@@ -202,13 +272,34 @@ fn cell_grad(st: CellGrad, hd: usize) {
     let tc = &mut *st.tanh_c;
     tc.copy_from_slice(st.c);
     vmath::tanh(tc);
-    let (g, dp, dh, dc, cprev) = (st.gates, st.dpre, st.dh, st.dc, st.cprev);
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { cell_grad_avx2(st, hd) };
+    }
+    cell_grad_lanes(st, hd);
+}
+
+/// `cell_grad_lanes` in 256-bit vectors: the same operations on each lane,
+/// so the same bits (no multiply-add is fused).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn cell_grad_avx2(st: CellGrad, hd: usize) {
+    cell_grad_lanes(st, hd);
+}
+
+/// Each unit's gradients, lane by lane (`st.tanh_c` holds `tanh c`).
+#[inline(always)]
+fn cell_grad_lanes(st: CellGrad, hd: usize) {
+    let (g, dp, dh, dc, cprev, tc) = (st.gates, st.dpre, st.dh, st.dc, st.cprev, &*st.tanh_c);
     let (i, rest) = g.split_at(hd);
     let (f, rest) = rest.split_at(hd);
     let (gg, o) = rest.split_at(hd);
     let (di, rest) = dp.split_at_mut(hd);
     let (df, rest) = rest.split_at_mut(hd);
     let (dg, d_o) = rest.split_at_mut(hd);
+    let (dh, dc, cprev, tc) = (&dh[..hd], &mut dc[..hd], &cprev[..hd], &tc[..hd]);
+    let (o, d_o) = (&o[..hd], &mut d_o[..hd]);
     for j in 0..hd {
         let dct = dc[j] + dh[j] * o[j] * (1.0 - tc[j] * tc[j]);
         dc[j] = dct * f[j];

@@ -214,20 +214,15 @@ pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
         unreachable!()
     };
     let w = pack_forward(w, 4 * h, h);
-    let (bh, bg) = (b * h, b * 4 * h);
-    for s in 0..t {
-        let (hs_done, hs_now) = hs.split_at_mut(s * bh);
-        let (cs_done, cs_now) = cs.split_at_mut(s * bh);
-        let step = lstm::Step {
-            hprev: if s == 0 { h0 } else { &hs_done[(s - 1) * bh..] },
-            cprev: if s == 0 { c0 } else { &cs_done[(s - 1) * bh..] },
-            xp: &xp[s * bg..][..bg],
-            gates: &mut gates[s * bg..][..bg],
-            c: &mut cs_now[..bh],
-            h: &mut hs_now[..bh],
-        };
-        lstm::step(cx, &w, b, h, step);
-    }
+    let seq = lstm::Sequence {
+        h0,
+        c0,
+        xp,
+        gates,
+        cs,
+        hs,
+    };
+    lstm::forward(cx, &w, lstm::Dims { t, b, h }, seq);
 }
 
 pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
@@ -237,26 +232,16 @@ pub fn cpu_lstm_grad(cx: &mut Cx, io: &mut Io) {
         unreachable!()
     };
     let w = pack_backward(w, 4 * h, h);
-    let (bh, bg) = (b * h, b * 4 * h);
-    dc0.fill(0.0);
-    for s in (0..t).rev() {
-        let (dxp_now, dxp_next) = dxp.split_at_mut((s + 1) * bg);
-        let step = lstm::GradStep {
-            dpre_next: (s + 1 < t).then(|| &dxp_next[..bg]),
-            dhs: &dhs[s * bh..][..bh],
-            gates: &gates[s * bg..][..bg],
-            c: &cs[s * bh..][..bh],
-            cprev: if s == 0 {
-                c0
-            } else {
-                &cs[(s - 1) * bh..][..bh]
-            },
-            dc: dc0,
-            dpre: &mut dxp_now[s * bg..],
-        };
-        lstm::grad_step(cx, &w, b, h, step);
-    }
-    back_recurrent(cx, &dxp[..bg], &w, b, 4 * h, dh0);
+    let seq = lstm::GradSequence {
+        dhs,
+        gates,
+        cs,
+        c0,
+        dxp,
+        dh0,
+        dc0,
+    };
+    lstm::backward(cx, &w, lstm::Dims { t, b, h }, seq);
 }
 
 pub fn cpu_gru(cx: &mut Cx, io: &mut Io) {
