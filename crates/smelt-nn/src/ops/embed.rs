@@ -53,14 +53,20 @@ pub fn cpu(cx: &mut Cx, io: &mut Io) {
     });
 }
 
+/// Each table row sums the gradients of the ids that read it, in order of
+/// the ids; a task takes a run of rows and scans the ids once for them.
 pub fn cpu_grad(cx: &mut Cx, io: &mut Io) {
     let d = io.shapes.outs[0][1];
+    let vocab = io.shapes.outs[0][0];
     let (dy, ids) = (io.ins[0], io.ins[1]);
-    par_chunks(cx, &mut *io.outs[0], d, &|start, row| {
-        let v = (start / d) as f32;
-        row.fill(0.0);
+    let rows = vocab.div_ceil(4 * cx.pool.n_threads()).max(1);
+    par_chunks(cx, &mut *io.outs[0], d * rows, &|start, out| {
+        out.fill(0.0);
+        let first = start / d;
+        let range = first as f32..(first + out.len() / d) as f32;
         for (n, &id) in ids.iter().enumerate() {
-            if id == v {
+            if range.contains(&id) {
+                let row = &mut out[(id as usize - first) * d..][..d];
                 for (o, &g) in row.iter_mut().zip(&dy[n * d..][..d]) {
                     *o += g;
                 }

@@ -131,8 +131,10 @@ impl Update {
                 par_chunks(cx, &mut *p[0], 1024, &|start, p| {
                     // SAFETY: each chunk writes its own moment ranges.
                     let (m, v) = unsafe { (m.slice(start, p.len()), v.slice(start, p.len())) };
+                    // Slices of one length, so that the loop vectorizes.
+                    let src = &src[start..][..p.len()];
                     for k in 0..p.len() {
-                        let mut g = src[start + k];
+                        let mut g = src[k];
                         if o.weight_decay != 0.0 {
                             if o.decoupled {
                                 p[k] *= 1.0 - o.lr * o.weight_decay;

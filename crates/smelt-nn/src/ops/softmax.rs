@@ -71,18 +71,35 @@ pub fn backward_ce(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
     ])
 }
 
-/// A row's max `m` and `s = Σ exp(x − m)` (added in order), leaving
-/// `exp(x − m)` in `e` (`vmath::exp`).
-#[inline]
-fn row_exps(x: &[f32], e: &mut [f32]) -> (f32, f32) {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for (ev, &v) in e.iter_mut().zip(x) {
-        *ev = v - m;
+/// Rows whose sums run side by side: each row's terms are still added in
+/// order, but the rows' chains of dependent additions interleave.
+const ROWS: usize = 8;
+
+/// Each row's max `m` and `s = Σ exp(x − m)` (added in order) of up to
+/// `ROWS` rows of `cols` (`x`), leaving `exp(x − m)` in `e`
+/// (`vmath::exp`).
+fn block_exps(x: &[f32], cols: usize, e: &mut [f32]) -> ([f32; ROWS], [f32; ROWS]) {
+    let (mut m, mut s) = ([0f32; ROWS], [0f32; ROWS]);
+    for ((mr, xr), er) in m.iter_mut().zip(x.chunks_exact(cols)).zip(e.chunks_exact_mut(cols)) {
+        *mr = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        for (ev, &v) in er.iter_mut().zip(xr) {
+            *ev = v - *mr;
+        }
     }
     vmath::exp(e);
-    let mut s = 0.0f32;
-    for &v in e.iter() {
-        s += v;
+    let rows = e.len() / cols;
+    if rows == ROWS {
+        for c in 0..cols {
+            for (r, sr) in s.iter_mut().enumerate() {
+                *sr += e[r * cols + c];
+            }
+        }
+    } else {
+        for (sr, er) in s.iter_mut().zip(e.chunks_exact(cols)) {
+            for &v in er {
+                *sr += v;
+            }
+        }
     }
     (m, s)
 }
@@ -90,10 +107,9 @@ fn row_exps(x: &[f32], e: &mut [f32]) -> (f32, f32) {
 pub fn cpu_softmax(cx: &mut Cx, io: &mut Io) {
     let (_, cols) = rows_cols(&io.shapes.ins[0]);
     let x = io.ins[0];
-    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
-        for (r, y) in out.chunks_mut(cols).enumerate() {
-            let xr = &x[start + r * cols..][..cols];
-            let (_, s) = row_exps(xr, y);
+    par_chunks(cx, &mut *io.outs[0], cols * ROWS, &|start, out| {
+        let (_, s) = block_exps(&x[start..][..out.len()], cols, out);
+        for (y, s) in out.chunks_exact_mut(cols).zip(s) {
             for yv in y.iter_mut() {
                 *yv /= s;
             }
@@ -104,13 +120,16 @@ pub fn cpu_softmax(cx: &mut Cx, io: &mut Io) {
 pub fn cpu_ce(cx: &mut Cx, io: &mut Io) {
     let (_, cols) = rows_cols(&io.shapes.ins[0]);
     let (x, labels) = (io.ins[0], io.ins[1]);
-    par_chunks(cx, &mut *io.outs[0], 64, &|start, out| {
-        let mut e = vec![0f32; cols];
-        for (r, l) in out.iter_mut().enumerate() {
-            let row = start + r;
-            let xr = &x[row * cols..][..cols];
-            let (m, s) = row_exps(xr, &mut e);
-            *l = m + s.ln() - xr[labels[row] as usize];
+    par_chunks(cx, &mut *io.outs[0], 8 * ROWS, &|start, out| {
+        let mut e = vec![0f32; cols * ROWS];
+        for (b, losses) in out.chunks_mut(ROWS).enumerate() {
+            let first = start + b * ROWS;
+            let xb = &x[first * cols..][..losses.len() * cols];
+            let (m, s) = block_exps(xb, cols, &mut e[..xb.len()]);
+            for (r, l) in losses.iter_mut().enumerate() {
+                let label = labels[first + r] as usize;
+                *l = m[r] + s[r].ln() - xb[r * cols + label];
+            }
         }
     });
 }
@@ -118,11 +137,11 @@ pub fn cpu_ce(cx: &mut Cx, io: &mut Io) {
 pub fn cpu_ce_grad(cx: &mut Cx, io: &mut Io) {
     let (_, cols) = rows_cols(&io.shapes.ins[1]);
     let (dl, x, labels) = (io.ins[0], io.ins[1], io.ins[2]);
-    par_chunks(cx, &mut *io.outs[0], cols * 8, &|start, out| {
-        for (r, dx) in out.chunks_mut(cols).enumerate() {
-            let row = start / cols + r;
-            let xr = &x[row * cols..][..cols];
-            let (_, s) = row_exps(xr, dx);
+    par_chunks(cx, &mut *io.outs[0], cols * ROWS, &|start, out| {
+        let first = start / cols;
+        let (_, s) = block_exps(&x[start..][..out.len()], cols, out);
+        for (r, (dx, s)) in out.chunks_exact_mut(cols).zip(s).enumerate() {
+            let row = first + r;
             let label = labels[row] as usize;
             for (c, d) in dx.iter_mut().enumerate() {
                 let onehot = if c == label { 1.0 } else { 0.0 };
