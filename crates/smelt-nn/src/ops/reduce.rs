@@ -13,6 +13,8 @@
 //! an invocation and the halving runs in workgroup memory; `LANES / W`
 //! outputs share a workgroup.
 
+use std::ops::Range;
+
 use crate::cpu::{Cx, par_chunks};
 use crate::error::{Result, shape_err};
 use crate::gpu::dispatch::{Bind, Dispatch, Kernel, groups_1d};
@@ -79,12 +81,18 @@ fn sum_one(x: &[f32], b: &Bcast, j: usize) -> f32 {
     lane[0]
 }
 
-/// Outputs a column-sum block handles together.
-const BLOCK: usize = 16;
+/// Outputs a column-sum block handles together: runs of 1 KB of each row.
+const BLOCK: usize = 256;
+
+/// Outputs a task sums otherwise.
+const OUTPUTS_PER_TASK: usize = 16;
 
 /// Outputs `start..start + out.len()` by the tree. Column sums
-/// (`inner == 1`) keep a block's lanes side by side, so that each row's
-/// neighbouring outputs are read together.
+/// (`inner == 1`) evaluate the tree depth first: lane `t`'s value is
+/// `V(t, W)`, its rows' sum, and `V(t, s) = V(t, 2s) + V(t + s, 2s)`
+/// is what the halvings leave in lane `t`, so the output is `V(0, 1)`.
+/// A lane reads whole runs of its rows' block of columns, and the partial
+/// sums held at once are one per level of the tree.
 fn sum_outputs(x: &[f32], b: &Bcast, start: usize, out: &mut [f32]) {
     if b.inner != 1 || out.len() > BLOCK {
         for (k, o) in out.iter_mut().enumerate() {
@@ -92,32 +100,54 @@ fn sum_outputs(x: &[f32], b: &Bcast, start: usize, out: &mut [f32]) {
         }
         return;
     }
-    let width = lanes(x.len() / b.count);
-    let cols = out.len();
-    // lane[t][c]: lane t of output start + c.
-    let mut lane = [[0f32; BLOCK]; LANES];
-    for (e, row) in x.chunks_exact(b.count).enumerate() {
-        let acc = &mut lane[e & (width - 1)];
-        for (a, &v) in acc[..cols].iter_mut().zip(&row[start..start + cols]) {
-            *a += v;
-        }
-    }
-    let mut s = width / 2;
-    while s > 0 {
-        let (lo, hi) = lane.split_at_mut(s);
-        for (l, h) in lo.iter_mut().zip(hi.iter()) {
-            for (a, &v) in l.iter_mut().zip(h) {
-                *a += v;
+    let cols = start..start + out.len();
+    let tree = ColumnTree {
+        x,
+        count: b.count,
+        width: lanes(x.len() / b.count),
+        cols,
+    };
+    tree.value(0, 1, out);
+}
+
+/// The tree of a block of column sums.
+struct ColumnTree<'a> {
+    x: &'a [f32],
+    count: usize,
+    width: usize,
+    cols: Range<usize>,
+}
+
+impl ColumnTree<'_> {
+    /// `V(t, s)` into `out`.
+    fn value(&self, t: usize, s: usize, out: &mut [f32]) {
+        if s >= self.width {
+            out.fill(0.0);
+            for row in self.x.chunks_exact(self.count).skip(t).step_by(self.width) {
+                for (o, &v) in out.iter_mut().zip(&row[self.cols.clone()]) {
+                    *o += v;
+                }
             }
+            return;
         }
-        s /= 2;
+        self.value(t, 2 * s, out);
+        let mut right = [0f32; BLOCK];
+        let right = &mut right[..out.len()];
+        self.value(t + s, 2 * s, right);
+        for (o, &r) in out.iter_mut().zip(right.iter()) {
+            *o += r;
+        }
     }
-    out.copy_from_slice(&lane[0][..cols]);
 }
 
 pub fn cpu(b: &Bcast, cx: &mut Cx, io: &mut Io) {
     let x = io.ins[0];
-    par_chunks(cx, &mut *io.outs[0], BLOCK, &|start, out| {
+    let chunk = if b.inner == 1 {
+        BLOCK.min(b.count.div_ceil(cx.pool.n_threads()))
+    } else {
+        OUTPUTS_PER_TASK
+    };
+    par_chunks(cx, &mut *io.outs[0], chunk, &|start, out| {
         sum_outputs(x, b, start, out)
     });
 }
@@ -206,7 +236,14 @@ mod tests {
     fn the_cpu_sum_follows_the_tree() {
         // Magnitudes far apart, so that another order gives other bits.
         let value = |i: usize| ((i * 7919 % 1000) as f32 - 500.0) * 10f32.powi((i % 7) as i32);
-        for (outer, count, inner) in [(7, 3, 50), (300, 4, 1), (20, 70, 1), (3, 5, 37), (1, 1, 6)] {
+        for (outer, count, inner) in [
+            (7, 3, 50),
+            (300, 4, 1),
+            (20, 70, 1),
+            (2048, 130, 1),
+            (3, 5, 37),
+            (1, 1, 6),
+        ] {
             let x: Vec<f32> = (0..outer * count * inner).map(value).collect();
             let b = Bcast { inner, count };
             let mut out = vec![0f32; count];

@@ -80,7 +80,11 @@ const ROWS: usize = 8;
 /// (`vmath::exp`).
 fn block_exps(x: &[f32], cols: usize, e: &mut [f32]) -> ([f32; ROWS], [f32; ROWS]) {
     let (mut m, mut s) = ([0f32; ROWS], [0f32; ROWS]);
-    for ((mr, xr), er) in m.iter_mut().zip(x.chunks_exact(cols)).zip(e.chunks_exact_mut(cols)) {
+    for ((mr, xr), er) in m
+        .iter_mut()
+        .zip(x.chunks_exact(cols))
+        .zip(e.chunks_exact_mut(cols))
+    {
         *mr = xr.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         for (ev, &v) in er.iter_mut().zip(xr) {
             *ev = v - *mr;
