@@ -500,8 +500,9 @@ impl Graph {
         h0: Value,
         c0: Value,
     ) -> Result<LstmOut> {
-        let xp = self.linear(x, w_ih, Some(bias))?;
-        let out = self.add_node(Op::Lstm, &[xp, w_hh, h0, c0])?;
+        // The bias is added in the op, as each step reads its projection.
+        let xp = self.linear(x, w_ih, None)?;
+        let out = self.add_node(Op::Lstm, &[xp, w_hh, bias, h0, c0])?;
         Ok(LstmOut {
             hs: out[0],
             cs: out[1],

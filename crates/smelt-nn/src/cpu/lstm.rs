@@ -5,7 +5,7 @@
 //! with every panel of `W_hh` (`gemm`'s register tiles, over `k` in order
 //! from zero), and runs those rows' cells while they are in cache. Each
 //! value is what the matmul and then the cell gave: the same sum, then
-//! `+ xp` (forward) or `+ dh` (backward), then the same formulas.
+//! `+ (xp + b)` (forward) or `+ dh` (backward), then the same formulas.
 //!
 //! Shapes (`ops::rnn`): `T` steps, `B` batch rows, `H` hidden units, gates
 //! `i, f, g, o` in runs of `H` along a row of `4H`.
@@ -92,13 +92,15 @@ pub struct Sequence<'a> {
     pub c0: &'a [f32],
     /// `[T, B, 4H]`: the input projection.
     pub xp: &'a [f32],
+    /// `[4H]`.
+    pub bias: &'a [f32],
     /// `[T, B, 4H]` out: the activated gates.
     pub gates: &'a mut [f32],
     pub cs: &'a mut [f32],
     pub hs: &'a mut [f32],
 }
 
-/// Every step of `pre = xp + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`,
+/// Every step of `pre = (xp + b) + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`,
 /// `h = σ(o)·tanh(c)` (`w`: `W_hhᵀ` packed, `k` H by `n` 4H).
 pub fn forward(cx: &mut Cx, w: &PackedB, d: Dims, seq: Sequence) {
     let Dims { t, b, h: hd } = d;
@@ -107,7 +109,7 @@ pub fn forward(cx: &mut Cx, w: &PackedB, d: Dims, seq: Sequence) {
         SharedMut::new(seq.cs),
         SharedMut::new(seq.hs),
     );
-    let (h0, c0, xp) = (seq.h0, seq.c0, seq.xp);
+    let (h0, c0, xp, bias) = (seq.h0, seq.c0, seq.xp, seq.bias);
     for_blocks(cx, b, t * b * 4 * hd * hd, &|rows| {
         let (first, n) = (rows.start, rows.len());
         let mut apack = vec![0f32; hd * MR];
@@ -136,8 +138,13 @@ pub fn forward(cx: &mut Cx, w: &PackedB, d: Dims, seq: Sequence) {
             };
             pack_rows(hprev, n, hd, &mut apack);
             block_product(&apack, w, n, &mut acc, pre);
-            for (p, &x) in pre.iter_mut().zip(&xp[gate_rows..]) {
-                *p += x;
+            for (pre, xp) in pre
+                .chunks_exact_mut(4 * hd)
+                .zip(xp[gate_rows..].chunks_exact(4 * hd))
+            {
+                for ((p, &x), &b) in pre.iter_mut().zip(xp).zip(bias) {
+                    *p += x + b;
+                }
             }
             let cells = pre
                 .chunks_exact_mut(4 * hd)

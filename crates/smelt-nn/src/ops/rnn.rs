@@ -1,10 +1,13 @@
 //! LSTM and GRU sequences (PyTorch's gate order and formulas), one step
 //! after another; a cell is a sequence of one step. The input projection
-//! `x · W_ihᵀ + b` of every step is one matmul before the op
-//! (`layers::lstm`), so the op does the recurrent part:
+//! `x · W_ihᵀ` of every step is one matmul before the op (`layers::lstm`,
+//! `layers::gru`), so the op does the recurrent part. The LSTM adds its
+//! bias as it reads each step's projection (a pass over `[T, B, 4H]` fewer
+//! than a separate add):
 //!
-//! LSTM, gates `i, f, g, o` (`[T, B, 4H]` pre-activations `xp`):
-//! `pre = xp + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`, `h = σ(o)·tanh(c)`.
+//! LSTM, gates `i, f, g, o` (`[T, B, 4H]` input projections `xp`, bias
+//! `[4H]`): `pre = (xp + b) + h₋₁ · W_hhᵀ`, `c = σ(f)·c₋₁ + σ(i)·tanh(g)`,
+//! `h = σ(o)·tanh(c)`.
 //! Outputs: `hs`, `cs` `[T, B, H]` and the activated gates `[T, B, 4H]`.
 //!
 //! GRU, gates `r, z, n` (`xp` `[T, B, 3H]`, `rec = h₋₁ · W_hhᵀ + b_hh`):
@@ -60,11 +63,12 @@ fn want(name: &'static str, s: &[usize], shape: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Inputs: xp, w_hh, h0, c0.
+/// Inputs: xp, w_hh, bias, h0, c0.
 pub fn infer_lstm(s: &[&[usize]]) -> Result<Vec<Shape>> {
     let (t, b, h) = dims("lstm", 4, s[0], s[1])?;
-    want("lstm", s[2], &[b, h])?;
+    want("lstm", s[2], &[4 * h])?;
     want("lstm", s[3], &[b, h])?;
+    want("lstm", s[4], &[b, h])?;
     Ok(vec![vec![t, b, h], vec![t, b, h], vec![t, b, 4 * h]])
 }
 
@@ -131,12 +135,11 @@ fn weight_grad(g: &mut Graph, dpre: Value, h0: Value, hs: Value) -> Result<Value
 pub fn backward_lstm(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
     no_state_grads("lstm", b.grads)?;
     let Some(dhs) = b.grads[0] else {
-        return Ok(vec![None; 4]);
+        return Ok(vec![None; 5]);
     };
-    let [xp, w, h0, c0] = b.inputs[..] else {
+    let [_, w, _, h0, c0] = b.inputs[..] else {
         unreachable!()
     };
-    let _ = xp;
     let [hs, cs, gates] = b.outputs[..] else {
         unreachable!()
     };
@@ -146,7 +149,19 @@ pub fn backward_lstm(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> 
     } else {
         None
     };
-    Ok(vec![Some(out[0]), dw, Some(out[1]), Some(out[2])])
+    let db = if b.needs[2] {
+        let gh = g.shape(out[0])[2];
+        Some(g.sum_to(
+            out[0],
+            Bcast {
+                inner: 1,
+                count: gh,
+            },
+        )?)
+    } else {
+        None
+    };
+    Ok(vec![Some(out[0]), dw, db, Some(out[1]), Some(out[2])])
 }
 
 pub fn backward_gru(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
@@ -209,7 +224,7 @@ fn back_recurrent(cx: &mut Cx, d: &[f32], w: &PackedB, b: usize, gh: usize, out:
 
 pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
     let (t, b, h) = dims("lstm", 4, &io.shapes.ins[0], &io.shapes.ins[1]).expect("checked");
-    let (xp, w, h0, c0) = (io.ins[0], io.ins[1], io.ins[2], io.ins[3]);
+    let (xp, w, bias, h0, c0) = (io.ins[0], io.ins[1], io.ins[2], io.ins[3], io.ins[4]);
     let [hs, cs, gates] = &mut io.outs[..] else {
         unreachable!()
     };
@@ -218,6 +233,7 @@ pub fn cpu_lstm(cx: &mut Cx, io: &mut Io) {
         h0,
         c0,
         xp,
+        bias,
         gates,
         cs,
         hs,
@@ -398,11 +414,12 @@ pub fn gpu_lstm(s: &Shapes) -> Vec<Dispatch> {
     let binds = vec![
         Bind::In(0),
         Bind::Scratch,
-        Bind::In(2),
         Bind::In(3),
+        Bind::In(4),
         Bind::Out(0),
         Bind::Out(1),
         Bind::Out(2),
+        Bind::In(2),
     ];
     let mut d = vec![transpose_recurrent(4 * h, h)];
     match Sequence::fits(b, h, h) {

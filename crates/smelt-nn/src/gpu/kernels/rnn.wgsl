@@ -46,6 +46,7 @@ fn lstm_cell_grad(gate: vec4<f32>, c: f32, cprev: f32, dh: f32, dc_next: f32) ->
 @group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
 @group(0) @binding(6) var<storage, read_write> cs: array<f32>;    // (T, B, H)
 @group(0) @binding(7) var<storage, read_write> gates: array<f32>; // (T, B, 4H)
+@group(0) @binding(8) var<storage, read> bias: array<f32>;        // (4H)
 
 fn hprev(b: u32, k: u32) -> f32 {
     if (p.t == 0u) {
@@ -71,10 +72,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         }
     }
     let base = (p.t * p.batch + b) * 4u * h + j;
-    let i = sigmoid(xp[base] + dot[0]);
-    let f = sigmoid(xp[base + h] + dot[1]);
-    let g = tanh(xp[base + 2u * h] + dot[2]);
-    let o = sigmoid(xp[base + 3u * h] + dot[3]);
+    let i = sigmoid((xp[base] + bias[j]) + dot[0]);
+    let f = sigmoid((xp[base + h] + bias[h + j]) + dot[1]);
+    let g = tanh((xp[base + 2u * h] + bias[2u * h + j]) + dot[2]);
+    let o = sigmoid((xp[base + 3u * h] + bias[3u * h + j]) + dot[3]);
     var cprev = 0.0;
     if (p.t == 0u) {
         cprev = c0[idx];
@@ -105,6 +106,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 @group(0) @binding(5) var<storage, read_write> hs: array<f32>;    // (T, B, H)
 @group(0) @binding(6) var<storage, read_write> cs: array<f32>;    // (T, B, H)
 @group(0) @binding(7) var<storage, read_write> gates: array<f32>; // (T, B, 4H)
+@group(0) @binding(8) var<storage, read> bias: array<f32>;        // (4H)
 
 const ROWS: u32 = {{ROWS}}u;
 const WG: u32 = {{WG}}u;
@@ -180,10 +182,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     break;
                 }
                 let base = (t * p.batch + b) * 4u * h + j;
-                let i = sigmoid(xp[base] + dot[r].x);
-                let f = sigmoid(xp[base + h] + dot[r].y);
-                let g = tanh(xp[base + 2u * h] + dot[r].z);
-                let o = sigmoid(xp[base + 3u * h] + dot[r].w);
+                let i = sigmoid((xp[base] + bias[j]) + dot[r].x);
+                let f = sigmoid((xp[base + h] + bias[h + j]) + dot[r].y);
+                let g = tanh((xp[base + 2u * h] + bias[2u * h + j]) + dot[r].z);
+                let o = sigmoid((xp[base + 3u * h] + bias[3u * h + j]) + dot[r].w);
                 var cprev = 0.0;
                 if (t == 0u) {
                     cprev = c0[b * h + j];
