@@ -138,28 +138,69 @@ pub fn forward(cx: &mut Cx, w: &PackedB, d: Dims, seq: Sequence) {
             };
             pack_rows(hprev, n, hd, &mut apack);
             block_product(&apack, w, n, &mut acc, pre);
-            for (pre, xp) in pre
+            let rows = pre
                 .chunks_exact_mut(4 * hd)
                 .zip(xp[gate_rows..].chunks_exact(4 * hd))
-            {
-                for ((p, &x), &b) in pre.iter_mut().zip(xp).zip(bias) {
-                    *p += x + b;
-                }
-            }
-            let cells = pre
-                .chunks_exact_mut(4 * hd)
                 .zip(cprev.chunks_exact(hd))
                 .zip(c.chunks_exact_mut(hd).zip(h.chunks_exact_mut(hd)));
-            for ((g, cprev), (c, h)) in cells {
-                cell(g, cprev, c, h, hd);
+            for (((g, xp), cprev), (c, h)) in rows {
+                let row = Cell {
+                    gates: g,
+                    xp,
+                    bias,
+                    cprev,
+                    c,
+                    h,
+                };
+                cell(row, hd);
             }
         }
     });
 }
 
-/// One row's cell: activates its gates in place (σ, σ, tanh, σ over runs
-/// of `H`), then `c = f·c₋₁ + i·g`, `h = o·tanh(c)`.
-fn cell(g: &mut [f32], cprev: &[f32], c: &mut [f32], h: &mut [f32], hd: usize) {
+/// One row of a forward step: `gates` holds the recurrent sums on entry.
+struct Cell<'a> {
+    gates: &'a mut [f32],
+    xp: &'a [f32],
+    bias: &'a [f32],
+    cprev: &'a [f32],
+    c: &'a mut [f32],
+    h: &'a mut [f32],
+}
+
+/// One row's cell: adds `xp + b` to the gates' sums, activates them in
+/// place (σ, σ, tanh, σ over runs of `H`), then `c = f·c₋₁ + i·g`,
+/// `h = o·tanh(c)`.
+fn cell(row: Cell, hd: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU has AVX2 (checked above).
+        return unsafe { cell_avx2(row, hd) };
+    }
+    cell_lanes(row, hd);
+}
+
+/// `cell_lanes` in 256-bit vectors: the same operations on each lane, so
+/// the same bits (no multiply-add is fused).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn cell_avx2(row: Cell, hd: usize) {
+    cell_lanes(row, hd);
+}
+
+#[inline(always)]
+fn cell_lanes(row: Cell, hd: usize) {
+    let Cell {
+        gates: g,
+        xp,
+        bias,
+        cprev,
+        c,
+        h,
+    } = row;
+    for ((p, &x), &b) in g.iter_mut().zip(xp).zip(bias) {
+        *p += x + b;
+    }
     vmath::sigmoid(&mut g[..2 * hd]);
     vmath::tanh(&mut g[2 * hd..3 * hd]);
     vmath::sigmoid(&mut g[3 * hd..]);

@@ -1,6 +1,7 @@
-//! `e^x`, `σ(x) = 1 / (1 + e^−x)` and `tanh` over slices, eight lanes at a time
-//! with AVX2/FMA where the CPU has them (checked at run time), else the
-//! same formulas one value at a time.
+//! `e^x`, `σ(x) = 1 / (1 + e^−x)` and `tanh` over slices, sixteen or eight
+//! lanes at a time with AVX-512 or AVX2/FMA where the CPU has them (checked
+//! at run time; both give each lane the same bits), else the same formulas
+//! one value at a time.
 //!
 //! `e^y = 2ⁿ · (1 + p(r))`, `n = round(y / ln 2)`, `r = y − n·ln 2` (ln 2 in
 //! two parts, so `r` is exact), `p(r) = e^r − 1` by its Taylor series to
@@ -65,6 +66,11 @@ pub fn exp_one(x: f32) -> f32 {
 /// `x[i] = e^x[i]` (`exp_one`).
 pub fn exp(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked above).
+        return unsafe { avx512::exp(x) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { avx2::exp(x) };
@@ -75,6 +81,11 @@ pub fn exp(x: &mut [f32]) {
 /// `x[i] = σ(x[i])`.
 pub fn sigmoid(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked above).
+        return unsafe { avx512::sigmoid(x) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
         return unsafe { avx2::sigmoid(x) };
@@ -84,6 +95,11 @@ pub fn sigmoid(x: &mut [f32]) {
 
 /// `x[i] = tanh(x[i])`.
 pub fn tanh(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512::available() {
+        // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked above).
+        return unsafe { avx512::tanh(x) };
+    }
     #[cfg(target_arch = "x86_64")]
     if avx2::available() {
         // SAFETY: the CPU has AVX2 and FMA (checked above).
@@ -191,6 +207,102 @@ mod avx2 {
     }
 }
 
+/// The AVX2 path's operations on sixteen lanes (the same bits a lane); a
+/// slice's last `len % 16` values go to the AVX2 path.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::{C, EXP_LIMIT, LN2_HI, LN2_LO, LOG2E, TANH_LIMIT, avx2};
+    use std::arch::x86_64::*;
+
+    pub fn available() -> bool {
+        is_x86_feature_detected!("avx512f") && avx2::available()
+    }
+
+    /// `(2ⁿ, e^r − 1)` of sixteen lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp_parts(y: __m512) -> (__m512, __m512) {
+        let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm512_mul_ps(y, _mm512_set1_ps(LOG2E)),
+        );
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), y);
+        let r = _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_LO), r);
+        let mut q = _mm512_set1_ps(C[5]);
+        for &c in C[..5].iter().rev() {
+            q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(c));
+        }
+        let p = _mm512_fmadd_ps(_mm512_mul_ps(r, r), q, r);
+        let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_cvtps_epi32(n),
+            _mm512_set1_epi32(127),
+        ));
+        (_mm512_castsi512_ps(bits), p)
+    }
+
+    /// `f` on each whole 16-lane piece of `x`, the rest by `tail`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn lanes(x: &mut [f32], f: impl Fn(__m512) -> __m512, tail: impl FnOnce(&mut [f32])) {
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: `c` holds exactly sixteen f32s.
+            let v = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), f(v)) };
+        }
+        tail(chunks.into_remainder());
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub fn exp(x: &mut [f32]) {
+        let f = |v: __m512| {
+            let y = _mm512_min_ps(
+                _mm512_max_ps(v, _mm512_set1_ps(-EXP_LIMIT)),
+                _mm512_set1_ps(EXP_LIMIT),
+            );
+            let (s, p) = exp_parts(y);
+            _mm512_fmadd_ps(s, p, s)
+        };
+        lanes(x, f, |t| avx2::exp(t));
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub fn sigmoid(x: &mut [f32]) {
+        let f = |v: __m512| {
+            let y = _mm512_min_ps(
+                _mm512_max_ps(
+                    _mm512_sub_ps(_mm512_setzero_ps(), v),
+                    _mm512_set1_ps(-EXP_LIMIT),
+                ),
+                _mm512_set1_ps(EXP_LIMIT),
+            );
+            let (s, p) = exp_parts(y);
+            let e = _mm512_fmadd_ps(s, p, s);
+            let one = _mm512_set1_ps(1.0);
+            _mm512_div_ps(one, _mm512_add_ps(one, e))
+        };
+        lanes(x, f, |t| avx2::sigmoid(t));
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub fn tanh(x: &mut [f32]) {
+        let f = |v: __m512| {
+            let sign_bit = _mm512_castsi512_ps(_mm512_set1_epi32(i32::MIN));
+            let abs = _mm512_castsi512_ps(_mm512_andnot_si512(
+                _mm512_castps_si512(sign_bit),
+                _mm512_castps_si512(v),
+            ));
+            let y = _mm512_min_ps(_mm512_add_ps(abs, abs), _mm512_set1_ps(TANH_LIMIT));
+            let (s, p) = exp_parts(y);
+            let m = _mm512_fmadd_ps(s, p, _mm512_sub_ps(s, _mm512_set1_ps(1.0)));
+            let t = _mm512_div_ps(m, _mm512_add_ps(m, _mm512_set1_ps(2.0)));
+            let sign = _mm512_and_si512(_mm512_castps_si512(sign_bit), _mm512_castps_si512(v));
+            _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign))
+        };
+        lanes(x, f, |t| avx2::tanh(t));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,6 +347,33 @@ mod tests {
         let mut e = inside.clone();
         exp(&mut e);
         check("exp", &e, |x| (x as f64).exp() as f32, &inside, 4.0);
+    }
+
+    /// The AVX-512 path gives each lane the AVX2 path's bits.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn wide_lanes_give_the_avx2_bits() {
+        if !avx512::available() {
+            return;
+        }
+        let xs = inputs();
+        type Path = unsafe fn(&mut [f32]);
+        let paths: [(&str, Path, Path); 3] = [
+            ("exp", avx512::exp, avx2::exp),
+            ("sigmoid", avx512::sigmoid, avx2::sigmoid),
+            ("tanh", avx512::tanh, avx2::tanh),
+        ];
+        for (name, wide, narrow) in paths {
+            let (mut a, mut b) = (xs.clone(), xs.clone());
+            // SAFETY: the CPU has AVX-512F, AVX2 and FMA (checked above).
+            unsafe {
+                wide(&mut a);
+                narrow(&mut b);
+            }
+            for ((x, a), b) in xs.iter().zip(&a).zip(&b) {
+                assert_eq!(a.to_bits(), b.to_bits(), "{name}({x}): {a} vs {b}");
+            }
+        }
     }
 
     /// The vector path (where the CPU has it) against the scalar one.

@@ -1,6 +1,6 @@
 //! LSTM and GRU sequences (PyTorch's gate order and formulas), one step
 //! after another; a cell is a sequence of one step. The input projection
-//! `x · W_ihᵀ` of every step is one matmul before the op (`layers::lstm`,
+//! of every step (`x · W_ihᵀ`, and `+ b_ih` for the GRU) is one matmul before the op (`layers::lstm`,
 //! `layers::gru`), so the op does the recurrent part. The LSTM adds its
 //! bias as it reads each step's projection (a pass over `[T, B, 4H]` fewer
 //! than a separate add):
