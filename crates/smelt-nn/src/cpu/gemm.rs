@@ -400,10 +400,17 @@ pub fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &
     }
     if a.col == 1 && rows == MR {
         // The block's rows read side by side, the packed values written in
-        // order.
+        // order: 16 × 16 squares transposed in registers where the CPU has
+        // AVX-512, the rest one value at a time.
         let row = |r: usize| &a.data[(i0 + r) * a.row + span.start..][..span.len()];
         let block: [&[f32]; MR] = std::array::from_fn(row);
-        for (q, d) in dst.chunks_exact_mut(MR).enumerate() {
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked above).
+            done = unsafe { x86::transpose_squares(&block, dst) };
+        }
+        for (q, d) in dst.chunks_exact_mut(MR).enumerate().skip(done) {
             for (v, row) in d.iter_mut().zip(&block) {
                 *v = row[q];
             }
@@ -495,6 +502,60 @@ mod x86 {
             // SAFETY: a row holds NR = 16 values.
             unsafe { _mm512_storeu_ps(row.as_mut_ptr(), v) };
         }
+    }
+
+    /// `dst[q·16 + r] = rows[r][q]` for `q` in whole squares of 16 (each
+    /// row as long as `dst` has steps); returns the steps done.
+    #[target_feature(enable = "avx512f")]
+    pub fn transpose_squares(rows: &[&[f32]; MR], dst: &mut [f32]) -> usize {
+        let steps = (dst.len() / MR).min(rows[0].len());
+        let squares = steps / 16;
+        for sq in 0..squares {
+            let q = sq * 16;
+            // SAFETY: each row holds `steps ≥ q + 16` values.
+            let r: [__m512; 16] =
+                std::array::from_fn(|i| unsafe { _mm512_loadu_ps(rows[i][q..q + 16].as_ptr()) });
+            // Pairs of rows interleaved, then fours: lane group L of u[4g + j]
+            // holds column 4L + j of rows 4g..4g + 4.
+            let mut u = [_mm512_setzero_ps(); 16];
+            for g in 0..4 {
+                let (r0, r1, r2, r3) = (r[4 * g], r[4 * g + 1], r[4 * g + 2], r[4 * g + 3]);
+                let (lo01, hi01) = (_mm512_unpacklo_ps(r0, r1), _mm512_unpackhi_ps(r0, r1));
+                let (lo23, hi23) = (_mm512_unpacklo_ps(r2, r3), _mm512_unpackhi_ps(r2, r3));
+                u[4 * g] = _mm512_shuffle_ps::<0x44>(lo01, lo23);
+                u[4 * g + 1] = _mm512_shuffle_ps::<0xEE>(lo01, lo23);
+                u[4 * g + 2] = _mm512_shuffle_ps::<0x44>(hi01, hi23);
+                u[4 * g + 3] = _mm512_shuffle_ps::<0xEE>(hi01, hi23);
+            }
+            // Lane groups gathered: column c of all 16 rows.
+            let mut cols = [_mm512_setzero_ps(); 16];
+            for j in 0..4 {
+                for half in 0..2 {
+                    let (a, b) = (u[8 * half + j], u[8 * half + 4 + j]);
+                    let (even, odd) = (
+                        _mm512_shuffle_f32x4::<0x88>(a, b),
+                        _mm512_shuffle_f32x4::<0xDD>(a, b),
+                    );
+                    // even: [c j, c 8+j, c j, c 8+j] of rows (8·half + 0..4, 8·half + 4..8);
+                    // odd: the same of columns 4+j and 12+j.
+                    if half == 0 {
+                        cols[j] = even;
+                        cols[4 + j] = odd;
+                    } else {
+                        let (e0, o0) = (cols[j], cols[4 + j]);
+                        cols[j] = _mm512_shuffle_f32x4::<0x88>(e0, even);
+                        cols[8 + j] = _mm512_shuffle_f32x4::<0xDD>(e0, even);
+                        cols[4 + j] = _mm512_shuffle_f32x4::<0x88>(o0, odd);
+                        cols[12 + j] = _mm512_shuffle_f32x4::<0xDD>(o0, odd);
+                    }
+                }
+            }
+            for (c, v) in cols.iter().enumerate() {
+                // SAFETY: `dst` holds `steps · 16` values, `q + c < steps`.
+                unsafe { _mm512_storeu_ps(dst[(q + c) * MR..][..16].as_mut_ptr(), *v) };
+            }
+        }
+        squares * 16
     }
 
     /// Rows a pass: 16 registers hold 4 rows of two 256-bit halves and B's
