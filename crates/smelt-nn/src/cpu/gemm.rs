@@ -481,6 +481,12 @@ mod x86 {
     use super::{MR, NR, Start, Tile};
     use std::arch::x86_64::*;
 
+    /// Steps of `k` ahead whose row of B is fetched into L1 while a step is
+    /// summed: a panel streamed from L2 otherwise holds the tile to about
+    /// four fifths of its speed from L1. A prefetch past the panel's end
+    /// (the next panel, or nothing) reads no memory.
+    const PREFETCH: usize = 8;
+
     /// The tile's first `R` rows: `R` accumulators.
     #[target_feature(enable = "avx512f")]
     pub fn tile_avx512<const R: usize>(tile: &mut Tile, start: Start, a: &[f32], b: &[f32]) {
@@ -491,9 +497,11 @@ mod x86 {
                 *v = unsafe { _mm512_loadu_ps(row.as_ptr()) };
             }
         }
-        for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
+        for (q, (ap, bp)) in a.chunks_exact(MR).zip(b.chunks_exact(NR)).enumerate() {
             // SAFETY: bp holds NR = 16 values.
             let bv = unsafe { _mm512_loadu_ps(bp.as_ptr()) };
+            let ahead = b.as_ptr().wrapping_add((q + PREFETCH) * NR);
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
             for (v, &x) in acc.iter_mut().zip(ap) {
                 *v = _mm512_fmadd_ps(_mm512_set1_ps(x), bv, *v);
             }
