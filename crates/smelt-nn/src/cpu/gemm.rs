@@ -437,6 +437,24 @@ fn pack_b(k: usize, n: usize, b: View, dst: &mut [f32], panels: std::ops::Range<
             }
             continue;
         }
+        if b.row == 1 && j0 + NR <= n {
+            // Transposed B: the panel's NR columns are contiguous runs,
+            // read side by side as A's row-major blocks are.
+            let column = |c: usize| &b.data[(j0 + c) * b.col..][..k];
+            let columns: [&[f32]; NR] = std::array::from_fn(column);
+            let mut done = 0;
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                // SAFETY: the CPU has AVX-512F (checked above).
+                done = unsafe { x86::transpose_squares(&columns, panel) };
+            }
+            for (p, d) in panel.chunks_exact_mut(NR).enumerate().skip(done) {
+                for (v, col) in d.iter_mut().zip(&columns) {
+                    *v = col[p];
+                }
+            }
+            continue;
+        }
         for p in 0..k {
             for c in 0..NR {
                 let j = jb * NR + c;
@@ -515,8 +533,8 @@ mod x86 {
     /// `dst[q·16 + r] = rows[r][q]` for `q` in whole squares of 16 (each
     /// row as long as `dst` has steps); returns the steps done.
     #[target_feature(enable = "avx512f")]
-    pub fn transpose_squares(rows: &[&[f32]; MR], dst: &mut [f32]) -> usize {
-        let steps = (dst.len() / MR).min(rows[0].len());
+    pub fn transpose_squares(rows: &[&[f32]; 16], dst: &mut [f32]) -> usize {
+        let steps = (dst.len() / 16).min(rows[0].len());
         let squares = steps / 16;
         for sq in 0..squares {
             let q = sq * 16;
@@ -560,7 +578,7 @@ mod x86 {
             }
             for (c, v) in cols.iter().enumerate() {
                 // SAFETY: `dst` holds `steps · 16` values, `q + c < steps`.
-                unsafe { _mm512_storeu_ps(dst[(q + c) * MR..][..16].as_mut_ptr(), *v) };
+                unsafe { _mm512_storeu_ps(dst[(q + c) * 16..][..16].as_mut_ptr(), *v) };
             }
         }
         squares * 16
