@@ -131,21 +131,23 @@ impl Update {
                 par_chunks(cx, &mut *p[0], 1024, &|start, p| {
                     // SAFETY: each chunk writes its own moment ranges.
                     let (m, v) = unsafe { (m.slice(start, p.len()), v.slice(start, p.len())) };
-                    // Slices of one length, so that the loop vectorizes.
                     let src = &src[start..][..p.len()];
-                    for k in 0..p.len() {
-                        let mut g = src[k];
-                        if o.weight_decay != 0.0 {
-                            if o.decoupled {
-                                p[k] *= 1.0 - o.lr * o.weight_decay;
-                            } else {
-                                g += o.weight_decay * p[k];
-                            }
+                    let c = AdamTerms {
+                        w1,
+                        w2,
+                        beta2: o.beta2,
+                        eps: o.eps,
+                        step_size,
+                        bc2_sqrt,
+                    };
+                    match (o.weight_decay != 0.0, o.decoupled) {
+                        (true, true) => {
+                            let keep = 1.0 - o.lr * o.weight_decay;
+                            p.iter_mut().for_each(|pk| *pk *= keep);
+                            adam_update(&c, None, p, m, v, src);
                         }
-                        m[k] += w1 * (g - m[k]);
-                        v[k] = v[k] * o.beta2 + w2 * g * g;
-                        let denom = v[k].sqrt() / bc2_sqrt + o.eps;
-                        p[k] += -step_size * (m[k] / denom);
+                        (true, false) => adam_update(&c, Some(o.weight_decay), p, m, v, src),
+                        _ => adam_update(&c, None, p, m, v, src),
                     }
                 });
             }
@@ -238,3 +240,45 @@ pub const OPTIM_FIELDS: &[&str] = &[
     "slot",
     "pad",
 ];
+
+/// Adam's per-run constants.
+struct AdamTerms {
+    w1: f32,
+    w2: f32,
+    beta2: f32,
+    eps: f32,
+    step_size: f32,
+    bc2_sqrt: f32,
+}
+
+/// `m += w1·(g − m)`, `v = v·β₂ + w2·g²`, `p −= step · m / (√v / bc2 + ε)`
+/// with `g = grad (+ decay·p`, a coupled decay). The decay's branch is
+/// taken once, so that each loop has none and vectorizes.
+#[inline(always)]
+fn adam_update(
+    c: &AdamTerms,
+    coupled_decay: Option<f32>,
+    p: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    grad: &[f32],
+) {
+    let terms = p.iter_mut().zip(m.iter_mut()).zip(v.iter_mut()).zip(grad);
+    if let Some(decay) = coupled_decay {
+        for (((pk, mk), vk), &gk) in terms {
+            adam_one(c, gk + decay * *pk, pk, mk, vk);
+        }
+    } else {
+        for (((pk, mk), vk), &gk) in terms {
+            adam_one(c, gk, pk, mk, vk);
+        }
+    }
+}
+
+#[inline(always)]
+fn adam_one(c: &AdamTerms, g: f32, p: &mut f32, m: &mut f32, v: &mut f32) {
+    *m += c.w1 * (g - *m);
+    *v = *v * c.beta2 + c.w2 * g * g;
+    let denom = v.sqrt() / c.bc2_sqrt + c.eps;
+    *p += -c.step_size * (*m / denom);
+}
