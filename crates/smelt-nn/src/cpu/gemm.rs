@@ -20,6 +20,8 @@ pub const MR: usize = 16;
 /// Columns a tile row: the x86 tiles assume 16.
 pub const NR: usize = 16;
 
+const _: () = assert!(MR == 16 && NR == 16, "interleave packs 16 runs");
+
 /// A strided matrix view.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
@@ -400,27 +402,32 @@ pub fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &
     }
     if a.col == 1 && rows == MR {
         // The block's rows read side by side, the packed values written in
-        // order: 16 × 16 squares transposed in registers where the CPU has
-        // AVX-512, the rest one value at a time.
+        // order.
         let row = |r: usize| &a.data[(i0 + r) * a.row + span.start..][..span.len()];
-        let block: [&[f32]; MR] = std::array::from_fn(row);
-        let mut done = 0;
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the CPU has AVX-512F (checked above).
-            done = unsafe { x86::transpose_squares(&block, dst) };
-        }
-        for (q, d) in dst.chunks_exact_mut(MR).enumerate().skip(done) {
-            for (v, row) in d.iter_mut().zip(&block) {
-                *v = row[q];
-            }
-        }
+        interleave(&std::array::from_fn(row), dst);
         return;
     }
     for (q, p) in span.enumerate() {
         for r in 0..MR {
             let i = i0 + r;
             dst[q * MR + r] = if i < m { a.at(i, p) } else { 0.0 };
+        }
+    }
+}
+
+/// `dst[q·16 + r] = runs[r][q]` for every step `q` of `dst`: 16 × 16
+/// squares transposed in registers where the CPU has AVX-512, the rest one
+/// value at a time (`MR` and `NR` are both 16).
+fn interleave(runs: &[&[f32]; 16], dst: &mut [f32]) {
+    let mut done = 0;
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512F (checked above).
+        done = unsafe { x86::transpose_squares(runs, dst) };
+    }
+    for (q, d) in dst.chunks_exact_mut(16).enumerate().skip(done) {
+        for (v, run) in d.iter_mut().zip(runs) {
+            *v = run[q];
         }
     }
 }
@@ -441,18 +448,7 @@ fn pack_b(k: usize, n: usize, b: View, dst: &mut [f32], panels: std::ops::Range<
             // Transposed B: the panel's NR columns are contiguous runs,
             // read side by side as A's row-major blocks are.
             let column = |c: usize| &b.data[(j0 + c) * b.col..][..k];
-            let columns: [&[f32]; NR] = std::array::from_fn(column);
-            let mut done = 0;
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                // SAFETY: the CPU has AVX-512F (checked above).
-                done = unsafe { x86::transpose_squares(&columns, panel) };
-            }
-            for (p, d) in panel.chunks_exact_mut(NR).enumerate().skip(done) {
-                for (v, col) in d.iter_mut().zip(&columns) {
-                    *v = col[p];
-                }
-            }
+            interleave(&std::array::from_fn(column), panel);
             continue;
         }
         for p in 0..k {

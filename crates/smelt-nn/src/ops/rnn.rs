@@ -132,6 +132,19 @@ fn weight_grad(g: &mut Graph, dpre: Value, h0: Value, hs: Value) -> Result<Value
     )
 }
 
+/// A bias's gradient: its pre-activation gradients `[T, B, G·H]` summed
+/// over every step and row.
+fn bias_grad(g: &mut Graph, dpre: Value) -> Result<Value> {
+    let gh = g.shape(dpre)[2];
+    g.sum_to(
+        dpre,
+        Bcast {
+            inner: 1,
+            count: gh,
+        },
+    )
+}
+
 pub fn backward_lstm(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
     no_state_grads("lstm", b.grads)?;
     let Some(dhs) = b.grads[0] else {
@@ -150,14 +163,7 @@ pub fn backward_lstm(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> 
         None
     };
     let db = if b.needs[2] {
-        let gh = g.shape(out[0])[2];
-        Some(g.sum_to(
-            out[0],
-            Bcast {
-                inner: 1,
-                count: gh,
-            },
-        )?)
+        Some(bias_grad(g, out[0])?)
     } else {
         None
     };
@@ -182,14 +188,7 @@ pub fn backward_gru(g: &mut Graph, b: &Backward) -> Result<Vec<Option<Value>>> {
         None
     };
     let db = if b.needs[2] {
-        let gh = g.shape(out[1])[2];
-        Some(g.sum_to(
-            out[1],
-            Bcast {
-                inner: 1,
-                count: gh,
-            },
-        )?)
+        Some(bias_grad(g, out[1])?)
     } else {
         None
     };
