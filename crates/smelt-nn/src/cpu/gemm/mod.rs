@@ -419,12 +419,15 @@ pub fn pack_a(a: View, m: usize, ib: usize, span: std::ops::Range<usize>, dst: &
 /// squares transposed in registers where the CPU has AVX-512, the rest one
 /// value at a time (`MR` and `NR` are both 16).
 fn interleave(runs: &[&[f32]; 16], dst: &mut [f32]) {
-    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f") {
+    let done = if std::arch::is_x86_feature_detected!("avx512f") {
         // SAFETY: the CPU has AVX-512F (checked above).
-        done = unsafe { x86::transpose_squares(runs, dst) };
-    }
+        unsafe { x86::transpose_squares(runs, dst) }
+    } else {
+        0
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let done = 0;
     for (q, d) in dst.chunks_exact_mut(16).enumerate().skip(done) {
         for (v, run) in d.iter_mut().zip(runs) {
             *v = run[q];
