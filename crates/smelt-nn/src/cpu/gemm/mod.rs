@@ -2,8 +2,9 @@
 //! output summed over `k` in order from zero with one fused multiply-add
 //! a term (the GPU kernels' `fma`, so that both round alike), vectorized
 //! across `n`: panels of B packed `NR` columns wide, blocks of A `MR` rows
-//! tall, an `MR × NR` register tile per step of `k`. `gemm` may cut `k` into chunks (`Dims::chunk`):
-//! each chunk summed so, then the chunks' sums added in order. Long `k`
+//! tall, an `MR × NR` register tile per step of `k`. `gemm` may cut `k`
+//! into chunks (`Dims::chunk`): each chunk summed so, then the chunks'
+//! sums added in order. Long `k`
 //! runs in slabs (a slab's B panels stay in cache while every block of A
 //! passes), each tile continuing from what the slab before left in C: the
 //! same additions in the same order.
@@ -14,8 +15,9 @@
 use crate::cpu::Cx;
 use smelt::backend::cpu::pool::SharedMut;
 
-/// Rows a register tile: 8 independent accumulators keep both of a core's
-/// 512-bit FMA units busy through a 4-cycle latency (6 reach 1.5 a cycle).
+/// Rows a register tile: 16 independent accumulators keep both of a
+/// core's 512-bit FMA units busy through a 4-cycle latency (6 reach 1.5 a
+/// cycle), and each line of a B panel read from L2 feeds 16 of them.
 pub const MR: usize = 16;
 /// Columns a tile row: the x86 tiles assume 16.
 pub const NR: usize = 16;
